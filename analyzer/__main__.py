@@ -1,0 +1,50 @@
+"""Command line: `python -m analyzer {capture,schema} ...`. Subcommands import their heavy modules lazily."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analyzer.errors import UsageError
+
+
+def _cmd_capture(args) -> int:
+    from analyzer.workload import load_workload
+    workload = load_workload(args.workload, args.set or [])
+    from analyzer.capture import capture
+    return capture(workload, Path(args.out), sys.argv[1:])
+
+
+def _cmd_schema(args) -> int:
+    from analyzer.workload import describe_schema, script_names
+    print(describe_schema())
+    print(f"\nscripts: {', '.join(script_names())}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m analyzer",
+                                     description="Capture PyTorch inference workloads and explain GPU idle time.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cap = sub.add_parser("capture", help="run a workload YAML under torch.profiler and write a run folder")
+    cap.add_argument("workload", help="workload YAML file, e.g. workloads/decode.yaml")
+    cap.add_argument("--out", default="traces", help="folder that receives the run folder (default: traces)")
+    cap.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override a workload key, e.g. --set batch_size=4 --set profiler.active=4")
+    cap.set_defaults(func=_cmd_capture)
+    schema = sub.add_parser("schema", help="print the workload YAML schema")
+    schema.set_defaults(func=_cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

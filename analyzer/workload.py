@@ -1,0 +1,226 @@
+"""Workload YAML files: the schema, defaults and validation. Imports only the standard library and pyyaml."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analyzer.errors import UsageError
+
+WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "workloads"
+_NOT_SCRIPTS = {"__init__", "base"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    key: str  # dotted path
+    kind: type | tuple[type, ...]
+    default: Any
+    doc: str
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    nullable: bool = False
+
+
+def script_names() -> list[str]:
+    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.py") if p.stem not in _NOT_SCRIPTS)
+
+
+def _preset_names() -> tuple[str, ...]:
+    # Lazily: workloads.qwen2 imports torch, which the schema docs do not need.
+    from workloads.qwen2.config import PRESETS
+    return tuple(PRESETS)
+
+
+SCHEMA: tuple[Field, ...] = (
+    Field("script", str, None, "workload script: a module in workloads/ or a path to a .py file defining `Workload`"),
+    Field("name", str, None, "run name used in the run folder (default: the YAML file's stem)", nullable=True),
+    Field("model.preset", str, "qwen2-0.5b", "model shape (ignored when model.checkpoint is set)"),
+    Field("model.checkpoint", str, None, "local Hugging Face folder (config.json + *.safetensors)", nullable=True),
+    Field("model.layers", int, None, "keep only the first N decoder layers (smaller traces)", minimum=1,
+          nullable=True),
+    Field("dtype", str, "auto", "auto = bfloat16 on CUDA, float32 on CPU",
+          choices=("auto", "float32", "bfloat16", "float16")),
+    Field("device", str, "auto", "auto = CUDA when available, else CPU (with a note); or cpu, cuda, cuda:N"),
+    Field("batch_size", int, 1, "sequences decoded together", minimum=1),
+    Field("prompt_length", int, 128, "prompt tokens per sequence (random ids)", minimum=1),
+    Field("decode_steps", int, 32, "decode steps timed without the profiler", minimum=1),
+    Field("mode", str, "eager", "decode as eager ops or by replaying a captured CUDA graph",
+          choices=("eager", "cuda_graph")),
+    Field("seed", int, 0, "seed of the random weights, prompts and sampling"),
+    Field("sampling.temperature", (int, float), 0.0, "0 = greedy argmax; > 0 samples on the device", minimum=0),
+    Field("sampling.top_k", int, 0, "0 = no top-k filter", minimum=0),
+    Field("timing.warmup_steps", int, 5, "decode steps run before anything is timed", minimum=0),
+    Field("timing.compare_modes", bool, False, "also time the other decode mode and record the eager/graph ratio"),
+    Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
+    Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
+    Field("profiler.active", int, 8, "decode steps recorded (after the recorded prefill)", minimum=1),
+    Field("profiler.record_shapes", bool, True, "record input shapes of ops"),
+    Field("profiler.profile_memory", bool, True, "record [memory] events (allocated / reserved bytes)"),
+    Field("profiler.with_stack", bool, True, "record Python frames (python_function events)"),
+    Field("profiler.cuda_sync_events", bool, True, "record cuda_sync events where the torch version offers them"),
+    Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
+          "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
+)
+FIELDS = {f.key: f for f in SCHEMA}
+_SECTIONS = sorted({f.key.split(".")[0] for f in SCHEMA if "." in f.key})
+
+
+def _type_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return " or ".join(dict.fromkeys(names[k] for k in kinds))
+
+
+def _check_value(source: str, field: Field, value: Any) -> Any:
+    where = f"{source}: key '{field.key}'"
+    if value is None:
+        if field.nullable:
+            return None
+        raise UsageError(f"{where} must be set ({field.doc})")
+    kinds = field.kind if isinstance(field.kind, tuple) else (field.kind,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if not ok:
+        raise UsageError(f"{where}: expected {_type_name(field.kind)}, got {value!r}")
+    if field.choices and value not in field.choices:
+        raise UsageError(f"{where}: {value!r} is not allowed; allowed: {', '.join(field.choices)}")
+    if field.minimum is not None and value < field.minimum:
+        raise UsageError(f"{where}: {value!r} is below the minimum {field.minimum:g}")
+    return value
+
+
+def _flatten(source: str, data: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise UsageError(f"{source}: key {key!r} is not a string")
+        dotted = prefix + key
+        if dotted in _SECTIONS:
+            if not isinstance(value, dict):
+                raise UsageError(f"{source}: key '{dotted}' must be a mapping of "
+                                 f"{', '.join(k.split('.', 1)[1] for k in FIELDS if k.startswith(dotted + '.'))}")
+            flat.update(_flatten(source, value, dotted + "."))
+        elif dotted in FIELDS:
+            flat[dotted] = value
+        else:
+            siblings = [k[len(prefix):] for k in FIELDS if k.startswith(prefix) and "." not in k[len(prefix):]]
+            siblings += [s for s in _SECTIONS if not prefix and s not in siblings]
+            raise UsageError(f"{source}: unknown key '{dotted}'; allowed: {', '.join(sorted(siblings))}")
+    return flat
+
+
+def parse_override(source: str, text: str) -> tuple[str, Any]:
+    """One `--set key=value` (the value is read as YAML: 4, true, cuda_graph, null)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"{source}: --set {text!r} is not key=value")
+    if key not in FIELDS:
+        raise UsageError(f"{source}: --set {key!r} is not a known key; allowed: {', '.join(FIELDS)}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A validated workload: `values` maps every dotted key of SCHEMA to its value."""
+    path: Path
+    values: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def name(self) -> str:
+        return self.values["name"] or self.path.stem
+
+    def nested(self) -> dict[str, Any]:
+        """The resolved config as the YAML would write it (for meta.json)."""
+        out: dict[str, Any] = {}
+        for key, value in self.values.items():
+            node = out
+            *parents, leaf = key.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = copy.deepcopy(value)
+        return out
+
+    def script_path(self) -> Path:
+        script = self.values["script"]
+        if script.endswith(".py"):
+            return (self.path.parent / script).resolve()
+        return WORKLOADS_DIR / f"{script}.py"
+
+
+def load_workload(path: str | Path, overrides: list[str] = ()) -> Workload:
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{source}: no such workload file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{source}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{source}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a mapping of keys (script, model, ...), got {type(data).__name__}")
+    given = _flatten(source, data)
+    for text_override in overrides:
+        key, value = parse_override(source, text_override)
+        given[key] = value
+    values = {f.key: _check_value(source, f, given.get(f.key, f.default)) for f in SCHEMA}
+    _check_cross_fields(source, values)
+    return Workload(path, values)
+
+
+def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
+    script = values["script"]
+    if script.endswith(".py"):
+        script_file = (Path(source).parent / script)
+        if not script_file.is_file():
+            raise UsageError(f"{source}: key 'script': file {script_file} does not exist")
+    elif script not in script_names():
+        raise UsageError(f"{source}: key 'script': unknown script {script!r}; allowed: "
+                         f"{', '.join(script_names())} or a path to a .py file")
+    if values["model.checkpoint"] is None:
+        presets = _preset_names()
+        if values["model.preset"] not in presets:
+            raise UsageError(f"{source}: key 'model.preset': unknown preset {values['model.preset']!r}; "
+                             f"allowed: {', '.join(presets)}")
+    else:
+        folder = Path(values["model.checkpoint"]).expanduser()
+        if not folder.is_absolute():
+            folder = Path(source).parent / folder
+        if not (folder / "config.json").is_file():
+            raise UsageError(f"{source}: key 'model.checkpoint': {folder} has no config.json")
+        values["model.checkpoint"] = str(folder.resolve())
+    device = values["device"]
+    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise UsageError(f"{source}: key 'device': {device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N")
+
+
+def describe_schema() -> str:
+    """The schema as a Markdown table (README and `python -m analyzer schema`)."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for f in SCHEMA:
+        kind = "/".join(dict.fromkeys(k.__name__ for k in (f.kind if isinstance(f.kind, tuple) else (f.kind,))))
+        if f.choices:
+            kind = " \\| ".join(f.choices)
+        default = "required" if f.default is None and not f.nullable else ("null" if f.default is None else
+                                                                            yaml.safe_dump(f.default).split("\n")[0])
+        rows.append(f"| `{f.key}` | {kind} | {default} | {f.doc} |")
+    return "\n".join(rows)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# How tests/fixtures/ was made (on one NVIDIA H200, torch 2.11 + CUDA 13): each shipped workload captured with
+# 4 of the 24 decoder layers of the Qwen2-0.5B shape and a short profiled window, so each trace stays < 2 MB gzip.
+#   bash scripts/make_fixtures.sh OUT_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?usage: make_fixtures.sh OUT_DIR}"
+small=(--set model.layers=4 --set prompt_length=64 --set decode_steps=16 --set timing.warmup_steps=3
+       --set profiler.warmup=2 --set profiler.active=6)
+for name in decode item_sync print_tensor alloc_churn graph_decode batch_decode; do
+  python3 -m analyzer capture "workloads/$name.yaml" --out "$out" "${small[@]}"
+done

@@ -1,0 +1,122 @@
+"""`python -m analyzer capture` end to end on the CPU: real torch.profiler traces of the tiny preset."""
+import gzip
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("torch")
+
+
+def only_run(out):
+    runs = [p for p in out.iterdir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def load_trace(run):
+    with gzip.open(run / "rank0.trace.json.gz") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from conftest import run_cli
+    out = tmp_path_factory.mktemp("traces")
+    result = run_cli("capture", "workloads/tiny.yaml", "--out", str(out), "--set", "profiler.active=3")
+    assert result.returncode == 0, result.stderr
+    return only_run(out), result
+
+
+def test_run_folder_layout(tiny_run):
+    run, result = tiny_run
+    assert run.name.startswith("tiny-") and run.name.endswith("Z")
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "rank0.trace.json.gz"]
+    assert f"analyze {run}" in result.stdout or "analyze " in result.stdout
+    assert "auto resolved to CPU" in result.stderr  # the visible note
+
+
+def test_meta_records_what_only_the_capture_knows(tiny_run):
+    run, _ = tiny_run
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["complete"] is True and meta["error"] is None
+    assert meta["workload"]["model"]["preset"] == "tiny"
+    assert meta["workload"]["profiler"]["active"] == 3
+    assert meta["environment"]["torch"] and meta["environment"]["device"] == "cpu"
+    timing = meta["unprofiled"]
+    assert timing["steps"] == 8 and len(timing["per_step_ms"]) == 8
+    assert 0 < timing["step_ms"]["min"] <= timing["step_ms"]["p50"] <= timing["step_ms"]["max"]
+    assert timing["tokens_per_s"] > 0 and timing["prefill_ms"] > 0
+    assert meta["profiled"]["annotations"] == ["prefill", "decode_step#0", "decode_step#1", "decode_step#2"]
+    assert meta["model"]["config"]["num_hidden_layers"] == 2
+
+
+def test_trace_is_plain_kineto_with_annotations(tiny_run):
+    run, _ = tiny_run
+    trace = load_trace(run)
+    events = trace["traceEvents"]
+    cats = Counter(e.get("cat") for e in events)
+    assert cats["cpu_op"] > 0 and cats["python_function"] > 0  # with_stack
+    annotations = [e["name"] for e in events if e.get("cat") == "user_annotation"]
+    for name in ("prefill", "decode_step#0", "decode_step#1", "decode_step#2"):
+        assert annotations.count(name) == 1
+    assert sum(a.startswith("ProfilerStep#") for a in annotations) == 4
+    memory = [e for e in events if e.get("name") == "[memory]"]
+    assert memory and all(e["args"]["Device Type"] == 0 for e in memory)  # CPU allocations
+    ops = {e["name"] for e in events if e.get("cat") == "cpu_op"}
+    assert {"aten::linear", "aten::scaled_dot_product_attention", "aten::index_copy_", "aten::argmax"} <= ops
+    assert "aten::item" not in ops and "aten::_local_scalar_dense" not in ops  # the clean loop never syncs
+
+
+def test_never_overwrites(tmp_path, cli):
+    out = tmp_path / "traces"
+    for _ in range(2):
+        result = cli("capture", "workloads/tiny.yaml", "--out", str(out), "--set", "profiler.active=1",
+                     "--set", "decode_steps=2")
+        assert result.returncode == 0, result.stderr
+    runs = sorted(p.name for p in out.iterdir())
+    assert len(runs) == 2 and len(set(runs)) == 2
+    assert not any(name.startswith(".") for name in runs)
+
+
+def test_failure_mid_run_leaves_incomplete_run(tmp_path, cli):
+    (tmp_path / "boom.py").write_text(
+        "from workloads.base import DecodeWorkload\n"
+        "class Workload(DecodeWorkload):\n"
+        "    def step(self):\n"
+        "        super().step()\n"
+        "        if self.steps_done == 3 and getattr(self, 'profiling', False):\n"
+        "            raise RuntimeError('boom at step 3')\n"
+        "        if self.steps_done == 2:\n"
+        "            self.profiling = True\n")
+    (tmp_path / "boom.yaml").write_text("script: boom.py\nmodel: {preset: tiny}\nprompt_length: 8\n"
+                                        "decode_steps: 2\ntiming: {warmup_steps: 1}\nprofiler: {warmup: 1, active: 4}\n")
+    out = tmp_path / "traces"
+    result = cli("capture", str(tmp_path / "boom.yaml"), "--out", str(out))
+    assert result.returncode == 1
+    assert "INCOMPLETE" in result.stdout and "boom at step 3" in result.stdout
+    run = only_run(out)
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["complete"] is False and "boom at step 3" in meta["error"]
+    assert "unprofiled" in meta  # what ran before the failure is kept
+
+
+@pytest.mark.parametrize("name", ["decode", "prefill", "batch_decode", "item_sync", "print_tensor", "alloc_churn"])
+def test_every_shipped_workload_runs_on_cpu(tmp_path, cli, name):
+    """The shipped YAMLs with the tiny preset swapped in, so CI runs each script for real."""
+    out = tmp_path / "traces"
+    result = cli("capture", f"workloads/{name}.yaml", "--out", str(out), "--set", "model.preset=tiny",
+                 "--set", "decode_steps=2", "--set", "profiler.active=2", "--set", "prompt_length=8")
+    assert result.returncode == 0, result.stderr
+    run = only_run(out)
+    events = load_trace(run)["traceEvents"]
+    ops = Counter(e["name"] for e in events if e.get("cat") == "cpu_op")
+    if name == "item_sync":
+        assert ops["aten::item"] == 2  # one per recorded decode step: the PATHOLOGY line
+    elif name == "prefill":
+        assert [e["name"] for e in events if e.get("cat") == "user_annotation" and "#" in e["name"]
+                and not e["name"].startswith("ProfilerStep")] == ["prefill#0", "prefill#1"]
+    else:
+        assert ops["aten::item"] == 0 or name == "print_tensor"

@@ -1,0 +1,61 @@
+"""What a workload script provides to `python -m analyzer capture`.
+
+A script is a module that defines `Workload`, a subclass of `DecodeWorkload` (or of `BaseWorkload`). The capture
+builds it once per mode, then calls `new_sequence()` and `step()`; each call of those is one annotated region of the
+trace (`prefill`, `decode_step#N`). Scripts do the work and nothing else: timing, profiling and the sync-debug pass
+belong to the capture.
+"""
+from __future__ import annotations
+
+import torch
+
+from workloads.qwen2 import Generator, Qwen2ForCausalLM, Sampling
+
+
+class BaseWorkload:
+    #: annotation name of one `step()` call in the trace
+    step_label = "decode_step"
+    #: whether `new_sequence()` does GPU work worth its own `prefill` annotation
+    has_prefill = True
+
+    def __init__(self, model: Qwen2ForCausalLM, *, batch_size: int, prompt_length: int, capacity: int,
+                 sampling: Sampling, mode: str, seed: int):
+        self.model = model
+        self.batch_size, self.prompt_length = batch_size, prompt_length
+        self.device = model.device
+        self.prompt_gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    def new_prompt(self) -> torch.Tensor:
+        """Random token ids drawn on the device (no host-to-device copy)."""
+        return torch.randint(0, self.model.config.vocab_size, (self.batch_size, self.prompt_length),
+                             device=self.device, generator=self.prompt_gen)
+
+    def new_sequence(self) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def tokens(self) -> torch.Tensor | None:
+        return None
+
+
+class DecodeWorkload(BaseWorkload):
+    """Prefill a random prompt, then decode one token per step for every sequence of the batch."""
+
+    def __init__(self, model, *, batch_size, prompt_length, capacity, sampling, mode, seed):
+        super().__init__(model, batch_size=batch_size, prompt_length=prompt_length, capacity=capacity,
+                         sampling=sampling, mode=mode, seed=seed)
+        self.generator = Generator(model, batch_size, capacity, sampling, mode)
+        self.steps_done = 0
+
+    def new_sequence(self) -> None:
+        self.generator.prefill(self.new_prompt())
+        self.steps_done = 0
+
+    def step(self) -> None:
+        self.generator.step()
+        self.steps_done += 1
+
+    def tokens(self) -> torch.Tensor:
+        return self.generator.tokens()

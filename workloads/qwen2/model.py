@@ -1,0 +1,150 @@
+"""The Qwen2 architecture as Hugging Face `Qwen2ForCausalLM` defines it, written for plain eager inference.
+
+Parameter names match Hugging Face checkpoints one to one, so a state dict moves between the two unchanged.
+Attention reads a preallocated static KV cache through a boolean mask over its whole length: the same code then
+runs eagerly (one kernel per op, the subject of the analyzer) and inside a captured CUDA graph.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Qwen2Config
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size, device=device, dtype=dtype))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Same op order as Hugging Face (variance in fp32, scale after the cast back) so logits agree.
+        input_dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(input_dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class KVCache:
+    """Preallocated keys and values for every layer: [batch, kv_heads, max_len, head_dim] each."""
+
+    def __init__(self, config: Qwen2Config, batch_size: int, max_len: int, device, dtype):
+        shape = (batch_size, config.num_key_value_heads, max_len, config.head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.max_len = max_len
+        self.batch_size = batch_size
+
+
+class Attention(nn.Module):
+    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
+        kw = dict(device=device, dtype=dtype)
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=True, **kw)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=True, **kw)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=True, **kw)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False, **kw)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, positions, mask):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k_cache.index_copy_(2, positions, k)
+        v_cache.index_copy_(2, positions, v)
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        kw = dict(bias=False, device=device, dtype=dtype)
+        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(h, i, **kw), nn.Linear(h, i, **kw), nn.Linear(i, h, **kw)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
+        self.self_attn = Attention(config, device, dtype)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
+        self.mlp = MLP(config, device, dtype)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, positions, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, positions, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen2Body(nn.Module):
+    """`model.*` in a Hugging Face checkpoint."""
+
+    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(DecoderLayer(config, device, dtype) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
+
+
+class Qwen2ForCausalLM(nn.Module):
+    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+        super().__init__()
+        self.config = config
+        self.model = Qwen2Body(config, device, dtype)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device=device, dtype=dtype)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.requires_grad_(False)
+        self._rope_len = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def prepare(self, max_len: int) -> None:
+        """Build the rotary tables and causal mask for positions [0, max_len)."""
+        if max_len <= self._rope_len:
+            return
+        c, dev = self.config, self.device
+        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float, device=dev) / c.head_dim))
+        freqs = torch.arange(max_len, device=dev, dtype=torch.float)[:, None] * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        self._causal = torch.ones(max_len, max_len, dtype=torch.bool, device=dev).tril()
+        self._rope_len = max_len
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                last_only: bool = True) -> torch.Tensor:
+        """Logits for `input_ids` [batch, T] placed at `positions` [T] (a device tensor) of `cache`.
+
+        Returns [batch, vocab] for the last position, or [batch, T, vocab] with `last_only=False`.
+        """
+        cos = self._cos.index_select(0, positions)[None, None]
+        sin = self._sin.index_select(0, positions)[None, None]
+        mask = self._causal.index_select(0, positions)[:, : cache.max_len][None, None]
+        x = self.model.embed_tokens(input_ids)
+        for layer, k_cache, v_cache in zip(self.model.layers, cache.keys, cache.values):
+            x = layer(x, cos, sin, k_cache, v_cache, positions, mask)
+        if last_only:
+            x = x[:, -1]
+        return self.lm_head(self.model.norm(x))
