@@ -157,7 +157,8 @@ def _memory_sample(device) -> dict:
     if device.type != "cuda":
         return {}
     torch = _torch()
-    return {"allocated_bytes": torch.cuda.memory_allocated(device), "reserved_bytes": torch.cuda.memory_reserved(device)}
+    return {"allocated_bytes": torch.cuda.memory_allocated(device),
+            "reserved_bytes": torch.cuda.memory_reserved(device)}
 
 
 def _memory_stats(device) -> dict:

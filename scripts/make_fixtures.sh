@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 out="${1:?usage: make_fixtures.sh OUT_DIR}"
 small=(--set model.layers=4 --set prompt_length=64 --set decode_steps=16 --set timing.warmup_steps=3
        --set profiler.warmup=2 --set profiler.active=6)
-for name in decode item_sync print_tensor alloc_churn graph_decode batch_decode; do
+for name in decode item_sync print_tensor alloc_churn graph_decode batch_decode prefill; do
   python3 -m analyzer capture "workloads/$name.yaml" --out "$out" "${small[@]}"
 done

@@ -39,7 +39,7 @@ def test_prefill_logits_match(tied):
     hf = hf_model(config)
     ours = ours_from(hf, config)
     ids = torch.randint(0, config.vocab_size, (3, 17), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    with torch.inference_mode():
         expected = hf(ids).logits
         ours.prepare(32)
         got = ours(ids, torch.arange(17), KVCache(config, 3, 32, "cpu", torch.float32), last_only=False)
@@ -58,7 +58,7 @@ def test_decode_steps_match_full_forward():
     worst = 0.0
     for _ in range(10):
         seq = gen.tokens().clone()
-        with torch.no_grad():
+        with torch.inference_mode():
             expected = hf(seq).logits[:, -1]
             got = ours(seq[:, -1:], gen.pos.clone(), gen.cache)
         worst = max(worst, (got - expected).abs().max().item())
@@ -77,7 +77,7 @@ def test_checkpoint_folder_sharded_roundtrip(tmp_path):
     assert (tmp_path / "model.safetensors.index.json").is_file()
     ours = load_checkpoint(tmp_path, "cpu", torch.float32)
     ids = torch.randint(0, config.vocab_size, (1, 8))
-    with torch.no_grad():
+    with torch.inference_mode():
         ours.prepare(8)
         got = ours(ids, torch.arange(8), KVCache(config, 1, 8, "cpu", torch.float32), last_only=False)
         assert (got - hf(ids).logits).abs().max().item() <= TOL

@@ -43,7 +43,7 @@ class CapacityError(RuntimeError):
 class Generator:
     """One batch of sequences over a static KV cache of `capacity` positions."""
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def __init__(self, model: Qwen2ForCausalLM, batch_size: int, capacity: int,
                  sampling: Sampling = Sampling(), mode: str = "eager"):
         if mode not in MODES:
@@ -53,15 +53,16 @@ class Generator:
         self.model, self.sampling, self.mode = model, sampling, mode
         self.batch_size, self.capacity = batch_size, capacity
         dev = model.device
-        model.prepare(capacity + _WARMUP_SLOTS)
-        self.cache = KVCache(model.config, batch_size, capacity + _WARMUP_SLOTS, dev, model.dtype)
+        slots = -(-(capacity + _WARMUP_SLOTS) // 16) * 16  # aligned rows keep SDPA from padding the mask each call
+        model.prepare(slots)
+        self.cache = KVCache(model.config, batch_size, slots, dev, model.dtype)
         self.ids = torch.zeros(batch_size, 1, dtype=torch.long, device=dev)  # last token, input of the next step
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)  # its position
-        self.history = torch.zeros(batch_size, capacity + _WARMUP_SLOTS, dtype=torch.long, device=dev)
+        self.history = torch.zeros(batch_size, slots, dtype=torch.long, device=dev)
         self.length = 0  # host-side count of tokens in the sequence, known without reading the device
         self.graph: torch.cuda.CUDAGraph | None = None
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, prompt: torch.Tensor) -> None:
         """Start new sequences from `prompt` [batch, T] (on the device) and select their first new token."""
         t = prompt.shape[1]
@@ -76,7 +77,7 @@ class Generator:
         self.pos.fill_(t)
         self.length = t + 1
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self) -> None:
         """Append one token to every sequence."""
         if self.length == 0:
@@ -96,7 +97,7 @@ class Generator:
         return self.history[:, : self.length]
 
     def _decode(self) -> None:
-        logits = self.model(self.ids, self.pos, self.cache)
+        self.last_logits = logits = self.model(self.ids, self.pos, self.cache)
         nxt = select_tokens(logits, self.sampling)
         self.pos.add_(1)
         self.ids.copy_(nxt[:, None])

@@ -20,26 +20,24 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Same op order as Hugging Face (variance in fp32, scale after the cast back) so logits agree.
-        input_dtype = x.dtype
-        x = x.to(torch.float32)
-        variance = x.pow(2).mean(-1, keepdim=True)
-        x = x * torch.rsqrt(variance + self.eps)
-        return self.weight * x.to(input_dtype)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's `x * cos + rotate_half(x) * sin`: rotate_half(x) * sin == roll(x, D/2) * [-sin, sin]."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class KVCache:
-    """Preallocated keys and values for every layer: [batch, kv_heads, max_len, head_dim] each."""
+    """Preallocated keys and values for every layer ([batch, kv_heads, max_len, head_dim] each), and the additive
+    causal mask over all `max_len` slots (rows are query positions)."""
 
     def __init__(self, config: Qwen2Config, batch_size: int, max_len: int, device, dtype):
         shape = (batch_size, config.num_key_value_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        causal = torch.ones(max_len, max_len, dtype=torch.bool, device=device).tril()
+        self.mask = torch.zeros(max_len, max_len, device=device, dtype=dtype).masked_fill(~causal, float("-inf"))
         self.max_len = max_len
         self.batch_size = batch_size
 
@@ -57,15 +55,20 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, k_cache, v_cache, positions, mask):
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        # F.linear on the parameters rather than Module.__call__: the same kernels, less Python per layer.
+        d, kv = self.head_dim, self.num_kv_heads
+        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).view(b, t, self.num_heads, d).transpose(1, 2)
+        k = F.linear(x, self.k_proj.weight, self.k_proj.bias).view(b, t, kv, d).transpose(1, 2)
+        v = F.linear(x, self.v_proj.weight, self.v_proj.bias).view(b, t, kv, d).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k_cache.index_copy_(2, positions, k)
         v_cache.index_copy_(2, positions, v)
-        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+        # Grouped-query attention without copying K/V: the query heads that share a KV head are stacked as extra
+        # query rows of that head ([b, kv_heads, group * t, d]); `mask` rows are tiled to match.
+        q = q.reshape(b, self.num_kv_heads, -1, self.head_dim)
+        out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
+        out = out.view(b, self.num_heads, t, self.head_dim).transpose(1, 2).reshape(b, t, -1)
+        return F.linear(out, self.o_proj.weight)
 
 
 class MLP(nn.Module):
@@ -73,10 +76,13 @@ class MLP(nn.Module):
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
         kw = dict(bias=False, device=device, dtype=dtype)
-        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(h, i, **kw), nn.Linear(h, i, **kw), nn.Linear(i, h, **kw)
+        self.gate_proj = nn.Linear(h, i, **kw)
+        self.up_proj = nn.Linear(h, i, **kw)
+        self.down_proj = nn.Linear(i, h, **kw)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = F.linear(x, self.gate_proj.weight)
+        return F.linear(F.silu(gate) * F.linear(x, self.up_proj.weight), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -122,15 +128,14 @@ class Qwen2ForCausalLM(nn.Module):
         return self.lm_head.weight.dtype
 
     def prepare(self, max_len: int) -> None:
-        """Build the rotary tables and causal mask for positions [0, max_len)."""
+        """Build the rotary tables for positions [0, max_len)."""
         if max_len <= self._rope_len:
             return
         c, dev = self.config, self.device
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float, device=dev) / c.head_dim))
-        freqs = torch.arange(max_len, device=dev, dtype=torch.float)[:, None] * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
-        self._causal = torch.ones(max_len, max_len, dtype=torch.bool, device=dev).tril()
+        freqs = torch.arange(max_len, device=dev, dtype=torch.float)[:, None] * inv_freq  # as HF computes them
+        self._cos = torch.cat((freqs, freqs), dim=-1).cos().to(self.dtype)
+        self._signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1).to(self.dtype)
         self._rope_len = max_len
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -139,9 +144,12 @@ class Qwen2ForCausalLM(nn.Module):
 
         Returns [batch, vocab] for the last position, or [batch, T, vocab] with `last_only=False`.
         """
-        cos = self._cos.index_select(0, positions)[None, None]
-        sin = self._sin.index_select(0, positions)[None, None]
-        mask = self._causal.index_select(0, positions)[:, : cache.max_len][None, None]
+        cos = self._cos.index_select(0, positions)
+        sin = self._signed_sin.index_select(0, positions)
+        mask = cache.mask.index_select(0, positions)
+        group = self.config.num_attention_heads // self.config.num_key_value_heads
+        if input_ids.shape[1] > 1 and group > 1:
+            mask = mask.repeat(group, 1)
         x = self.model.embed_tokens(input_ids)
         for layer, k_cache, v_cache in zip(self.model.layers, cache.keys, cache.values):
             x = layer(x, cos, sin, k_cache, v_cache, positions, mask)
