@@ -187,7 +187,6 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     exp = _experimental_config(workload["profiler.cuda_sync_events"] and device.type == "cuda", notes)
     samples = []
-    stats_before = _memory_stats(device)
     progress.phase("profiling", wait + warmup + recorded)
     _sync(device)
     t0 = time.perf_counter()
@@ -201,6 +200,7 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
             wl.step()
             prof.step()
             progress.advance()
+        stats_before = _memory_stats(device)  # the recorded window starts here
         if wl.has_prefill:
             with record_function("prefill"):
                 wl.new_sequence()
@@ -211,11 +211,12 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
             with record_function(f"{wl.step_label}#{k}"):
                 wl.step()
             samples.append({"step": f"{wl.step_label}#{k}", **_memory_sample(device)})
+            if k == active - 1:
+                stats_after = _memory_stats(device)
             prof.step()
             progress.advance()
     _sync(device)
     window_s = time.perf_counter() - t0
-    stats_after = _memory_stats(device)
     progress.phase("writing trace", 1)
     prof.export_chrome_trace(str(trace_path))
     progress.advance()
