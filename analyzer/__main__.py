@@ -15,6 +15,16 @@ def _cmd_capture(args) -> int:
     return capture(workload, Path(args.out), sys.argv[1:])
 
 
+def _cmd_analyze(args) -> int:
+    from analyzer.cli_analyze import run_analyze
+    return run_analyze(args.path, args.out, args.hta)
+
+
+def _cmd_diff(args) -> int:
+    from analyzer.diff import run_diff
+    return run_diff(args.before, args.after, args.out)
+
+
 def _cmd_schema(args) -> int:
     from analyzer.workload import describe_schema, script_names
     print(describe_schema())
@@ -32,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="override a workload key, e.g. --set batch_size=4 --set profiler.active=4")
     cap.set_defaults(func=_cmd_capture)
+    ana = sub.add_parser("analyze", help="explain the GPU idle time of a run folder, a trace file or a folder of traces")
+    ana.add_argument("path", help="run folder, .json / .json.gz Kineto trace, or folder of traces")
+    ana.add_argument("--out", help="folder for report.json / report.md / report.html (default: the run folder, "
+                                   "or <trace name>.report/ beside a trace file)")
+    ana.add_argument("--hta", action="store_true", help="also run HolisticTraceAnalysis and put its figures beside ours")
+    ana.set_defaults(func=_cmd_analyze)
+    dif = sub.add_parser("diff", help="compare two runs (before / after a fix): findings, steps, utilization")
+    dif.add_argument("before", help="run folder, trace file or report.json")
+    dif.add_argument("after", help="run folder, trace file or report.json")
+    dif.add_argument("--out", help="folder for diff.json / diff.md / diff.html (default: ./diff-A-vs-B)")
+    dif.set_defaults(func=_cmd_diff)
     schema = sub.add_parser("schema", help="print the workload YAML schema")
     schema.set_defaults(func=_cmd_schema)
     return parser

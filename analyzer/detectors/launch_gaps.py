@@ -1,0 +1,222 @@
+"""Launch gaps: every idle interval of the GPU, classified by what the CPU was doing, attributed to the op and the
+user's Python frame, plus launch statistics, per-step busy/idle and a CUDA-graph estimate."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer import apis
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.gapcauses import CAUSES
+from analyzer.frames import outermost_op, site_label
+from analyzer.steps import step_ranges
+from analyzer.timeline import overlap_ns
+
+def _site(ctx: AnalysisContext, rt_row: int) -> tuple[str, str | None, list[str]]:
+    """(call site, outermost op name, frame context) of a runtime row."""
+    if rt_row < 0:
+        return "(unknown)", None, []
+    model = ctx.model
+    frame = int(model.runtime.frame[rt_row])
+    op = int(model.runtime.op[rt_row])
+    op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
+    return site_label(model, ctx.frames, rt_row), op_name, ctx.frames.context(frame)
+
+
+def launch_stats(ctx: AnalysisContext) -> dict:
+    model, rt, gpu = ctx.model, ctx.model.runtime, ctx.model.gpu
+    classes = apis.runtime_classes(model)
+    rows = np.flatnonzero(classes == apis.IS_LAUNCH)
+    by_api = defaultdict(int)
+    for code in rt.name[rows].tolist():
+        by_api[model.names[code]] += 1
+    call_us = (rt.end_ns[rows] - rt.start_ns[rows]) / 1e3
+    kernels = np.flatnonzero((gpu.launch >= 0) & np.isin(gpu.launch, rows))
+    launch = gpu.launch[kernels]
+    delay_us = (gpu.start_ns[kernels] - rt.end_ns[launch]) / 1e3  # HTA's launch delay: call return -> start
+    kernel_us = (gpu.end_ns[kernels] - gpu.start_ns[kernels]) / 1e3
+    shorter = kernel_us < (rt.end_ns[launch] - rt.start_ns[launch]) / 1e3
+
+    def dist(x):
+        if len(x) == 0:
+            return None
+        return {"mean": round(float(x.mean()), 3), "p50": round(float(np.median(x)), 3),
+                "p90": round(float(np.percentile(x, 90)), 3), "max": round(float(x.max()), 3)}
+
+    return {
+        "launches": int(len(rows)), "by_api": dict(sorted(by_api.items(), key=lambda kv: -kv[1])),
+        "gpu_activities_launched": int(len(kernels)),
+        "launch_call_us": dist(call_us), "launch_to_start_us": dist(delay_us), "kernel_us": dist(kernel_us),
+        "kernels_shorter_than_launch_share": round(float(shorter.mean()), 4) if len(kernels) else None,
+        "definition": "launch_to_start = GPU start - launch call return (HTA's launch delay); "
+                      "short = GPU duration < its launch call's duration",
+    }
+
+
+def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0) -> DetectorResult:
+    model, timeline = ctx.model, ctx.timeline
+    window_us = timeline.window_ns / 1e3
+    by_cause = {c: 0.0 for c in CAUSES}
+    counts = {c: 0 for c in CAUSES}
+    gaps = []  # (start, end, cause, responsible row) over all devices
+    for dev, (cause, responsible) in zip(timeline.devices, ctx.gap_causes):
+        for code, name in enumerate(CAUSES):
+            sel = cause == code
+            by_cause[name] += float((dev.idle_ends[sel] - dev.idle_starts[sel]).sum()) / 1e3
+            counts[name] += int(sel.sum())
+        gaps.append((dev, cause, responsible))
+    steps = step_ranges(model)
+
+    # Group every gap by (cause, user call site); keep the biggest ones.
+    sites: dict[tuple[str, str], dict] = {}
+    top = []
+    for dev, cause, responsible in gaps:
+        dur = dev.idle_ends - dev.idle_starts
+        order = np.argsort(-dur, kind="stable")
+        step_of = steps.index_at(dev.idle_starts) if len(steps) else np.full(len(dur), -1)
+        site_cache: dict[int, tuple] = {}
+        for i in order.tolist():
+            row = int(responsible[i])
+            if row not in site_cache:
+                site_cache[row] = _site(ctx, row)
+            site, op_name, context = site_cache[row]
+            key = (CAUSES[cause[i]], site)
+            entry = sites.setdefault(key, {"cause": key[0], "call_site": site, "op": op_name, "count": 0,
+                                           "idle_us": 0.0, "max_us": 0.0, "context": context, "ops": defaultdict(float),
+                                           "occurrences": []})
+            entry["count"] += 1
+            entry["idle_us"] += dur[i] / 1e3
+            if dur[i] / 1e3 >= long_gap_us:
+                entry["long_count"] = entry.get("long_count", 0) + 1
+                entry["long_idle_us"] = entry.get("long_idle_us", 0.0) + dur[i] / 1e3
+            entry["max_us"] = max(entry["max_us"], dur[i] / 1e3)
+            if op_name:
+                entry["ops"][op_name] += dur[i] / 1e3
+            if len(entry["occurrences"]) < 8:
+                entry["occurrences"].append((us(dev.idle_starts[i]), us(dev.idle_ends[i])))
+            if len(top) < top_n:
+                top.append({"ts_us": us(dev.idle_starts[i]), "dur_us": us(dur[i]), "cause": CAUSES[cause[i]],
+                            "device": dev.device, "op": op_name, "call_site": site, "context": context,
+                            "runtime_call": model.names[model.runtime.name[row]] if row >= 0 else None,
+                            "step": steps.names[step_of[i]] if step_of[i] >= 0 else None})
+    top.sort(key=lambda g: -g["dur_us"])
+    site_list = sorted(sites.values(), key=lambda s: -s["idle_us"])
+    for s in site_list:
+        s.setdefault("long_count", 0)
+        s["long_idle_us"] = round(s.get("long_idle_us", 0.0), 3)
+        s["idle_us"] = round(s["idle_us"], 3)
+        s["max_us"] = round(s["max_us"], 3)
+        s["ops"] = {k: round(v, 3) for k, v in sorted(s["ops"].items(), key=lambda kv: -kv[1])[:5]}
+
+    per_step = _per_step(ctx, steps, gaps)
+    graph = _graph_estimate(ctx, per_step)
+    data = {
+        "by_cause": {k: round(v, 3) for k, v in by_cause.items()},
+        "count_by_cause": counts,
+        "top": top[:top_n],
+        "sites": site_list[:50],
+        "per_step": per_step,
+        "step_source": steps.source,
+        "launch_stats": launch_stats(ctx),
+        "cuda_graph_estimate": graph,
+    }
+    return DetectorResult("gaps", data, tuple(_findings(site_list, by_cause, counts, window_us, graph,
+                                                        long_gap_us)))
+
+
+def _per_step(ctx: AnalysisContext, steps, gaps) -> list[dict]:
+    model, timeline = ctx.model, ctx.timeline
+    out = []
+    rt = model.runtime
+    launches = np.sort(rt.start_ns[rt.gpu >= 0])
+    for k, name in enumerate(steps.names):
+        lo, hi = int(steps.lo_ns[k]), int(steps.hi_ns[k])
+        busy = sum(overlap_ns(d.busy_starts, d.busy_ends, lo, hi) for d in timeline.devices)
+        idle = {c: 0 for c in CAUSES}
+        for dev, cause, _ in gaps:
+            for code, c in enumerate(CAUSES):
+                sel = cause == code
+                idle[c] += overlap_ns(dev.idle_starts[sel], dev.idle_ends[sel], lo, hi)
+        n_launch = int(np.searchsorted(launches, steps.cpu_end_ns[k]) - np.searchsorted(launches, steps.cpu_start_ns[k]))
+        inside = sum(max(0, min(hi, d.window_end_ns) - max(lo, d.window_start_ns)) for d in timeline.devices)
+        span = (hi - lo) * max(len(timeline.devices), 1)
+        out.append({
+            "step": name, "ts_us": us(lo), "wall_us": us(hi - lo),
+            "cpu_us": us(steps.cpu_end_ns[k] - steps.cpu_start_ns[k]),
+            "busy_us": us(busy), "idle_us": us(sum(idle.values())),
+            "outside_gpu_window_us": us(span - inside),
+            "idle_by_cause_us": {c: us(v) for c, v in idle.items()},
+            "gpu_utilization": round(busy / (hi - lo), 4) if hi > lo else None, "launches": n_launch,
+        })
+    return out
+
+
+def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
+    """A CUDA graph replays the step's GPU work back to back: its step time is about the GPU busy time."""
+    decode = [s for s in per_step if not s["step"].startswith(("prefill", "ProfilerStep#")) or len(per_step) == 1]
+    decode = decode or per_step
+    if not decode:
+        return None
+    busy = float(np.median([s["busy_us"] for s in decode]))
+    profiled = float(np.median([s["wall_us"] for s in decode]))
+    meta = ctx.meta
+    unprofiled_ms = meta.get("unprofiled", "step_ms", "p50") if meta else None
+    eager_us = unprofiled_ms * 1e3 if unprofiled_ms and meta.get("workload", "mode") == "eager" else profiled
+    est = {
+        "steps_used": len(decode), "gpu_busy_per_step_us": round(busy, 3),
+        "profiled_step_us": round(profiled, 3),
+        "eager_step_us": round(eager_us, 3),
+        "eager_step_source": "meta.json unprofiled p50" if eager_us != profiled else "profiled trace",
+        "estimated_graph_step_us": round(busy, 3),
+        "estimated_speedup": round(eager_us / busy, 2) if busy > 0 else None,
+        "recoverable_us_per_step": round(max(eager_us - busy, 0.0), 3),
+    }
+    if meta and meta.get("mode_comparison"):
+        mc = meta.data["mode_comparison"]
+        est["measured"] = {"eager_step_us": round(mc["eager_step_ms"] * 1e3, 3),
+                           "cuda_graph_step_us": round(mc["cuda_graph_step_ms"] * 1e3, 3),
+                           "speedup": round(mc["eager_over_graph"], 2)}
+    return est
+
+
+ADVICE_LAUNCH = ("The GPU finishes each kernel before Python has launched the next: the step is bound by eager "
+                 "launch overhead (Python, dispatcher, cudaLaunchKernel). Capture the decode step in a CUDA graph "
+                 "(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more sequences per step, "
+                 "or fuse small ops.")
+
+
+def _findings(site_list, by_cause, counts, window_us, graph, long_gap_us):
+    findings = []
+    launch_us = by_cause["cpu_launch"]
+    if window_us > 0 and launch_us / window_us >= 0.05:
+        top_sites = [s for s in site_list if s["cause"] == "cpu_launch"][:5]
+        detail = {"share_of_window": round(launch_us / window_us, 4),
+                  "top_sites": [{"call_site": s["call_site"], "idle_us": s["idle_us"], "count": s["count"]}
+                                for s in top_sites]}
+        advice = ADVICE_LAUNCH
+        if graph and graph.get("estimated_speedup"):
+            advice += (f" Estimated graph step {graph['estimated_graph_step_us'] / 1e3:.2f} ms vs eager "
+                       f"{graph['eager_step_us'] / 1e3:.2f} ms ({graph['estimated_speedup']:.1f}x)")
+            if graph.get("measured"):
+                advice += f"; measured {graph['measured']['speedup']:.1f}x"
+            advice += "."
+        findings.append(Finding(
+            kind="launch_gap", severity=severity_for(launch_us, window_us),
+            title=f"GPU idle {100 * launch_us / window_us:.0f}% of the window waiting for kernel launches "
+                  f"({counts['cpu_launch']} gaps)",
+            call_site=top_sites[0]["call_site"] if top_sites else None, impact_us=round(launch_us, 3),
+            advice=advice, count=counts["cpu_launch"], detail=detail,
+            occurrences_us=tuple(tuple(o) for o in (top_sites[0]["occurrences"] if top_sites else []))))
+    for s in site_list:
+        if s["cause"] in ("cpu_launch", "other") and s["long_count"]:
+            findings.append(Finding(
+                kind="launch_gap", severity=severity_for(s["long_idle_us"], window_us),
+                title=f"{s['long_count']} GPU idle gaps over {long_gap_us / 1e3:g} ms (max {s['max_us'] / 1e3:.1f} ms) "
+                      f"before work launched from {s['call_site']}",
+                call_site=s["call_site"], impact_us=s["long_idle_us"], count=s["long_count"],
+                advice="The CPU ran for over a millisecond between GPU launches here: move host work (data "
+                       "preparation, Python bookkeeping, logging) off the step or overlap it with GPU work.",
+                detail={"op": s["op"], "context": s["context"]},
+                occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
+    return findings

@@ -1,0 +1,202 @@
+"""Implicit (and explicit) host syncs: each blocking call, its cause (.item(), print, .cpu(), nonzero, pageable
+copies, synchronize), the time the CPU waited, and the GPU drain it caused, grouped by the user's call site."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer import apis
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.frames import op_chain, outermost_op, parse_frame, site_label
+from analyzer.steps import step_ranges
+from analyzer.trace import GpuKind
+
+DRAIN_TOLERANCE_NS = 2_000
+_MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",
+             "aten::unique_consecutive", "aten::repeat_interleave", "aten::masked_scatter", "aten::is_nonzero",
+             "aten::argwhere", "aten::bincount", "aten::histc"}
+ADVICE = {
+    "item": "`.item()` copies one value to the host and waits for the GPU to drain. Keep the value on the GPU "
+            "(compare, select and accumulate with tensor ops) and read results once at the end, or copy with "
+            "non_blocking=True into pinned memory and read it a step later.",
+    "print": "Printing or formatting a CUDA tensor copies it to the host and synchronizes (several times per "
+             "print). Log only every N steps, or log values already copied to the host asynchronously.",
+    "copy_to_host": "A device-to-host copy (.tolist() / .cpu() / .numpy() / .to('cpu')) waits for the GPU. Batch "
+                    "the reads into one copy per step (or per run), into pinned memory with non_blocking=True.",
+    "nonzero": "nonzero / boolean-mask indexing needs the result size on the host, so it syncs. Use fixed-size "
+               "alternatives (torch.where with a fill value, masked_fill, gather with precomputed indices) or "
+               "nonzero_static with a size bound.",
+    "pageable_h2d": "A host-to-device copy from pageable memory (torch.tensor(python_data, device='cuda'), "
+                    ".to('cuda') of an unpinned tensor) blocks the CPU. Build inputs once, or pin them "
+                    "(.pin_memory()) and copy with non_blocking=True.",
+    "explicit_sync": "An explicit synchronize drains the GPU queue. Remove it from the hot loop; where ordering is "
+                     "needed, use CUDA events or stream waits instead.",
+    "other": "A call here blocks the CPU until the GPU finishes. Move it out of the step or make it asynchronous.",
+}
+LABEL = {"item": "`.item()`", "print": "print(tensor)", "copy_to_host": "device-to-host copy",
+         "nonzero": "nonzero / boolean mask", "pageable_h2d": "pageable host-to-device copy",
+         "explicit_sync": "explicit synchronize", "profiler": "profiler", "other": "synchronizing call"}
+
+
+def _classify(ctx: AnalysisContext, row: int, copy_name: str | None) -> tuple[str, str | None]:
+    """(kind, api detail) from the op chain, the frame chain and the copy direction."""
+    model = ctx.model
+    frames = model.frame_chain(int(model.runtime.frame[row])) if model.runtime.frame[row] >= 0 else []
+    ops = op_chain(model, int(model.runtime.op[row])) if model.runtime.op[row] >= 0 else []
+    joined = " ".join(frames)
+    if "torch/profiler/" in joined or "torch/autograd/profiler" in joined:
+        return "profiler", None
+    if "_tensor_str.py" in joined or "<built-in function print>" in joined or any(
+            f.endswith(("): __repr__", "): __format__", "): __str__")) and "torch/_tensor.py" in f for f in frames):
+        return "print", None
+    if {"aten::item", "aten::_local_scalar_dense"} & set(ops):
+        return "item", None
+    mask_ops = _MASK_OPS & set(ops)
+    if mask_ops or ("aten::index" in ops and "aten::nonzero" in joined):
+        return "nonzero", sorted(mask_ops)[0] if mask_ops else "aten::index"
+    if copy_name:
+        direction = apis.copy_direction(copy_name)
+        if direction and direction[0] == "DtoH":
+            api = next((w for w in ("tolist", "numpy", "cpu", "to") if f"method {w} of" in joined), None)
+            return "copy_to_host", api
+        if direction and direction[0] == "HtoD" and direction[1] in ("Pageable", "Host"):
+            return "pageable_h2d", None  # ROCm names pageable host memory "Host"
+    name = model.names[model.runtime.name[row]]
+    if name in apis.SYNC and ("synchronize" in joined or model.runtime.op[row] < 0):
+        return "explicit_sync", name
+    return "other", None
+
+
+def _blocking_events(ctx: AnalysisContext) -> list[list[int]]:
+    """Groups of runtime rows that block the CPU once: a copy and the stream sync it forces count once."""
+    model = ctx.model
+    rt = model.runtime
+    classes = apis.runtime_classes(model)
+    blocking_copies = set(apis.blocking_copy_rows(model).tolist())
+    syncs = np.flatnonzero((classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)).tolist()
+    rows = sorted(set(syncs) | blocking_copies, key=lambda r: rt.start_ns[r])
+    # D2H copies into pinned memory do not block by themselves but say what the following sync was for
+    groups: list[list[int]] = []
+    pending_copy: dict[int, list[int]] = defaultdict(list)  # op row -> blocking copies not yet followed by a sync
+    for r in rows:
+        op = int(rt.op[r])
+        if r in blocking_copies:
+            if op >= 0:
+                pending_copy[op].append(r)
+            else:
+                groups.append([r])
+            continue
+        groups.append(pending_copy.pop(op, []) + [r] if op >= 0 else [r])
+    for copies in pending_copy.values():
+        groups.extend([c] for c in copies)
+    groups.sort(key=lambda g: rt.start_ns[g[0]])
+    return groups
+
+
+def _copy_for(ctx: AnalysisContext, group: list[int]) -> str | None:
+    """The memcpy (by GPU name) this blocking group waits for: its own copy, or a copy launched by the same op."""
+    model = ctx.model
+    rt, gpu = model.runtime, model.gpu
+    for r in group:
+        g = int(rt.gpu[r])
+        if g >= 0 and gpu.kind[g] == GpuKind.MEMCPY:
+            return model.names[gpu.name[g]]
+    op = int(rt.op[group[-1]])
+    if op < 0:
+        return None
+    same_op = np.flatnonzero((rt.op == op) & (rt.gpu >= 0))
+    for r in same_op.tolist():
+        g = int(rt.gpu[r])
+        if gpu.kind[g] == GpuKind.MEMCPY:
+            return model.names[gpu.name[g]]
+    return None
+
+
+def _meta_lines(ctx: AnalysisContext, frame_name: str | None) -> list[dict]:
+    """Sync sites that the capture's sync-debug pass recorded inside this trace frame's function."""
+    if not ctx.meta or not frame_name:
+        return []
+    parsed = parse_frame(frame_name)
+    if not parsed:
+        return []
+    file, _, func = parsed
+    out = []
+    for site in ctx.meta.sync_sites:
+        f = str(site.get("file", ""))
+        if site.get("function") == func and f and (file.endswith(f) or f.endswith(file)):
+            out.append(site)
+    return out
+
+
+def detect(ctx: AnalysisContext) -> DetectorResult:
+    model, timeline = ctx.model, ctx.timeline
+    rt = model.runtime
+    steps = step_ranges(model)
+    claimed: set[tuple[int, int]] = set()
+    sites: dict[tuple, dict] = {}
+    for group in _blocking_events(ctx):
+        last = group[-1]
+        copy_name = _copy_for(ctx, group)
+        kind, api_detail = _classify(ctx, last, copy_name)
+        frame = int(rt.frame[last])
+        frame_name = site_label(model, ctx.frames, last)
+        op = int(rt.op[last])
+        op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
+        wait = int(sum(rt.end_ns[r] - rt.start_ns[r] for r in group))
+        drain, drain_span = 0, None
+        end = int(rt.end_ns[last])
+        for dev in timeline.devices:
+            i = dev.idle_containing(end, DRAIN_TOLERANCE_NS)
+            if i >= 0 and (dev.device, i) not in claimed and dev.idle_starts[i] <= end + DRAIN_TOLERANCE_NS:
+                claimed.add((dev.device, i))
+                drain += int(dev.idle_ends[i] - dev.idle_starts[i])
+                drain_span = (us(dev.idle_starts[i]), us(dev.idle_ends[i]))
+        api = model.names[rt.name[last]]
+        key = (frame_name, kind, api)
+        entry = sites.get(key)
+        if entry is None:
+            lines = _meta_lines(ctx, frame_name)
+            exact = f"{lines[0]['file']}:{lines[0]['line']}" if len(lines) == 1 else None
+            entry = sites[key] = {
+                "call_site": exact or frame_name, "frame": frame_name, "kind": kind, "api": api, "op": op_name,
+                "api_detail": api_detail, "copy": copy_name, "count": 0, "wait_us": 0.0, "drain_us": 0.0,
+                "per_step": defaultdict(int), "source_lines": [{"file": s["file"], "line": s["line"],
+                                                                "code": s.get("code", "")} for s in lines],
+                "context": ctx.frames.context(frame), "occurrences": [],
+            }
+        entry["count"] += 1
+        entry["wait_us"] += wait / 1e3
+        entry["drain_us"] += drain / 1e3
+        step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
+        entry["per_step"][steps.names[step] if step >= 0 else "(outside steps)"] += 1
+        if len(entry["occurrences"]) < 16:
+            entry["occurrences"].append(drain_span or (us(rt.start_ns[group[0]]), us(end)))
+    site_list = sorted(sites.values(), key=lambda s: (-s["drain_us"], -s["count"]))
+    for s in site_list:
+        s["wait_us"], s["drain_us"] = round(s["wait_us"], 3), round(s["drain_us"], 3)
+        s["per_step"] = dict(s["per_step"])
+    window_us = timeline.window_ns / 1e3
+    findings = []
+    for s in site_list:
+        if s["kind"] == "profiler":
+            continue
+        per_step = [v for k, v in s["per_step"].items() if k != "(outside steps)"]
+        every = f", {max(per_step)}x per step in {len(per_step)} of {len(steps)} steps" if per_step and len(steps) else ""
+        findings.append(Finding(
+            kind="sync", severity=severity_for(s["drain_us"], window_us),
+            title=f"{LABEL[s['kind']]} blocks the CPU {s['count']}x{every} at {s['call_site']}",
+            call_site=s["call_site"], impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]],
+            detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
+                    "context": s["context"], "source_lines": s["source_lines"]},
+            occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
+    sync_events = int((model.gpu.kind == GpuKind.SYNC).sum())
+    data = {
+        "sites": site_list,
+        "total_blocking_calls": sum(s["count"] for s in site_list),
+        "total_wait_us": round(sum(s["wait_us"] for s in site_list), 3),
+        "total_drain_us": round(sum(s["drain_us"] for s in site_list), 3),
+        "cuda_sync_events": sync_events,
+        "meta_sync_sites": ctx.meta.sync_sites if ctx.meta else None,
+    }
+    return DetectorResult("syncs", data, tuple(findings))

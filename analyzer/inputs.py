@@ -1,0 +1,56 @@
+"""What `analyze PATH` accepts: a run folder, a .json / .json.gz trace file, or a folder of traces."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from analyzer.errors import UsageError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+NOT_TRACES = {"meta.json", "report.json"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceInput:
+    trace: Path
+    meta: Path | None  # meta.json beside the trace, written by `capture`
+    out_dir: Path  # where report.* go by default
+
+
+def is_trace_file(path: Path) -> bool:
+    name = path.name
+    return path.is_file() and name.endswith(TRACE_SUFFIXES) and name not in NOT_TRACES and not name.startswith(".")
+
+
+def trace_stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def resolve_inputs(path: str | Path, out: str | Path | None = None) -> list[TraceInput]:
+    """Every trace under PATH with its meta.json and default report folder.
+
+    A run folder (or any folder) with one trace writes its reports into the folder; a folder with several traces
+    (ranks) writes one sub-folder per trace; a bare trace file writes into a sibling `<trace name>.report/`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder")
+    if path.is_file():
+        if not path.name.endswith(TRACE_SUFFIXES):
+            raise UsageError(f"{path}: not a trace file (expected .json or .json.gz)")
+        meta = path.parent / "meta.json"
+        default_out = path.parent / f"{trace_stem(path)}.report"
+        return [TraceInput(path, meta if meta.is_file() else None, Path(out) if out else default_out)]
+    traces = sorted(p for p in path.iterdir() if is_trace_file(p))
+    if not traces:
+        raise UsageError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+    meta = path / "meta.json"
+    meta = meta if meta.is_file() else None
+    base = Path(out) if out else path
+    if len(traces) == 1:
+        return [TraceInput(traces[0], meta, base)]
+    return [TraceInput(t, meta, base / f"{trace_stem(t)}.report") for t in traces]

@@ -1,0 +1,170 @@
+"""report.md: made to be pasted into a GitHub issue (tables, collapsible details, bounded size)."""
+from __future__ import annotations
+
+from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+
+MAX_CHARS = 60_000
+MAX_STEP_ROWS = 24
+MAX_FINDINGS = 15
+
+
+def _cell(text) -> str:
+    s = "–" if text is None or text == "" else str(text)
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text) -> str:
+    return "–" if not text else f"`{_cell(text).replace('`', '')}`"
+
+
+def _table(headers: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
+
+
+def headline(report: dict) -> str:
+    s = report["summary"]
+    if s.get("gpu_utilization") is None:
+        return f"**No GPU activity** in this trace: {s.get('note', '')}"
+    line = (f"**GPU utilization {fmt_pct(s['gpu_utilization'])}**: busy {fmt_us(s['gpu_busy_us'])}, "
+            f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window over {s['steps']} steps")
+    dil = s.get("step_time_us")
+    if dil:
+        line += (f"; step {fmt_us(dil['unprofiled_p50'])} unprofiled vs {fmt_us(dil['profiled_p50'])} profiled "
+                 f"(profiler dilation {dil['profiler_dilation']:.2f}x)")
+    return line + "."
+
+
+def render_markdown(report: dict) -> str:
+    lines = _header(report) + _findings(report) + _steps(report) + _gap_details(report) + _sync_details(report)
+    lines += _allocator_details(report) + _hta(report)
+    lines.append(f"<sub>gpu-idle-analyzer {report['tool']['version']} · analysis {report['analysis_seconds']} s"
+                 f" · {_cell(report['source']['trace'])}</sub>")
+    text = "\n".join(lines) + "\n"
+    if len(text) > MAX_CHARS:  # keep the head (summary, findings, steps); say what was cut
+        text = text[: MAX_CHARS - 200].rsplit("\n", 1)[0] + "\n\n_(report truncated to fit a GitHub comment; " \
+               "see report.json / report.html for the rest)_\n"
+    return text
+
+
+def _header(report: dict) -> list[str]:
+    run = report.get("run")
+    if run:
+        title = (f"### GPU idle report: {_cell(run.get('workload') or run.get('script'))} — {_cell(run.get('model'))}"
+                 f" ({run.get('layers')} layers, {run.get('dtype')}, batch {run.get('batch_size')}, "
+                 f"{run.get('mode')}) on {_cell(run.get('device'))}, torch {run.get('torch')}")
+    else:
+        title = f"### GPU idle report: `{_cell(report['source']['trace'])}`"
+    lines = [title, "", headline(report), ""]
+    by_cause = report["gaps"]["by_cause"]
+    if any(by_cause.values()):
+        lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items()) + ".", ""]
+    warnings = report["trace"].get("warnings")
+    if warnings:
+        lines += ["Trace warnings: " + "; ".join(f"{k} ({v})" for k, v in warnings.items()), ""]
+    return lines
+
+
+def _findings(report: dict) -> list[str]:
+    findings = report["findings"]
+    if not findings:
+        return ["No findings: nothing in this trace left the GPU measurably idle.", ""]
+    rows = [[i + 1, f["severity"], f["kind"], f["title"], _code(f["call_site"]), f["count"], fmt_us(f["impact_us"])]
+            for i, f in enumerate(findings[:MAX_FINDINGS])]
+    lines = ["#### Findings (ranked by GPU idle time explained)", ""]
+    lines += _table(["#", "severity", "kind", "finding", "call site", "count", "GPU idle"], rows) + [""]
+    advice = [f"{i + 1}. **{_cell(f['title'])}** — {f['advice']}" for i, f in enumerate(findings[:MAX_FINDINGS])]
+    return lines + _details("What to do about each finding", advice)
+
+
+def _steps(report: dict) -> list[str]:
+    steps = report["gaps"]["per_step"]
+    if not steps:
+        return []
+    shown = steps if len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + steps[-MAX_STEP_ROWS // 2:]
+    rows = [[s["step"], fmt_us(s["wall_us"]), fmt_us(s["busy_us"]), fmt_pct(s["gpu_utilization"]),
+             *(fmt_us(s["idle_by_cause_us"][c]) for c in ("cpu_launch", "sync", "allocator", "other")),
+             s["launches"]] for s in shown]
+    lines = [f"#### Per step ({len(steps)} steps, from {report['gaps']['step_source']})", ""]
+    lines += _table(["step", "wall", "GPU busy", "util", "idle: launch", "idle: sync", "idle: allocator",
+                     "idle: other", "launches"], rows)
+    if len(shown) < len(steps):
+        lines.append(f"_({len(steps) - len(shown)} middle steps omitted)_")
+    return lines + [""]
+
+
+def _gap_details(report: dict) -> list[str]:
+    gaps = report["gaps"]
+    body = []
+    if gaps["top"]:
+        body += ["Largest idle intervals:", ""]
+        body += _table(["idle", "cause", "step", "op", "call site"],
+                       [[fmt_us(g["dur_us"]), g["cause"], g["step"], _code(g["op"]), _code(g["call_site"])]
+                        for g in gaps["top"][:15]])
+        body += ["", "Idle time by call site (innermost user frame):", ""]
+        body += _table(["cause", "call site", "gaps", "idle", "max", "ops"],
+                       [[s["cause"], _code(s["call_site"]), s["count"], fmt_us(s["idle_us"]), fmt_us(s["max_us"]),
+                         ", ".join(s["ops"])] for s in gaps["sites"][:15]])
+    stats = gaps["launch_stats"]
+    if stats["launches"]:
+        body += ["", f"Launches: {stats['launches']} ({', '.join(f'{k} {v}' for k, v in stats['by_api'].items())});"
+                 f" launch call p50 {fmt_us(stats['launch_call_us']['p50'])}, launch-to-start p50 "
+                 f"{fmt_us((stats['launch_to_start_us'] or {}).get('p50'))}; "
+                 f"{fmt_pct(stats['kernels_shorter_than_launch_share'])} of GPU activities ran shorter than "
+                 f"their own launch call."]
+    graph = gaps.get("cuda_graph_estimate")
+    if graph:
+        line = (f"CUDA-graph estimate: GPU busy {fmt_us(graph['gpu_busy_per_step_us'])} per step vs eager step "
+                f"{fmt_us(graph['eager_step_us'])} ({graph['eager_step_source']}): about "
+                f"{graph['estimated_speedup']}x")
+        if graph.get("measured"):
+            m = graph["measured"]
+            line += (f"; measured by the capture: eager {fmt_us(m['eager_step_us'])} vs graph "
+                     f"{fmt_us(m['cuda_graph_step_us'])} = {m['speedup']}x")
+        body += ["", line + "."]
+    return _details("Idle intervals, launch statistics and the CUDA-graph estimate", body) if body else []
+
+
+def _sync_details(report: dict) -> list[str]:
+    sites = report["syncs"]
+    if not sites:
+        return []
+    rows = [[_code(s["call_site"]), s["kind"], s["api"], _code(s["op"]), s["count"], fmt_us(s["wait_us"]),
+             fmt_us(s["drain_us"])] for s in sites[:20]]
+    body = _table(["call site", "kind", "API", "op", "blocks", "CPU wait", "GPU drain"], rows)
+    for s in sites[:20]:
+        for line in s.get("source_lines", []):
+            body.append(f"\n`{line['file']}:{line['line']}`: `{_cell(line['code'])}`")
+    return _details(f"Host syncs: {sum(s['count'] for s in sites)} blocking calls at {len(sites)} call sites", body)
+
+
+def _allocator_details(report: dict) -> list[str]:
+    a = report["allocator"]
+    body = [f"Peak reserved {fmt_bytes(a['reserved_peak_bytes'])}, peak allocated "
+            f"{fmt_bytes(a['allocated_peak_bytes'])}; {a['cuda_malloc']} cudaMalloc / {a['cuda_free']} cudaFree; "
+            f"{a['allocations']} allocations served, cache hit share {fmt_pct(a['cache_hit_share'])}; reserved "
+            f"grew {a['reserved_growth']['count']}x ({fmt_bytes(a['reserved_growth']['bytes'])}) and dropped "
+            f"{a['reserved_drops']['count']}x ({fmt_bytes(a['reserved_drops']['bytes'])})."]
+    if a["sites"]:
+        body += [""] + _table(["call site", "cudaMalloc", "cudaFree", "time", "steps"],
+                              [[_code(s["call_site"]), s["cuda_malloc"], s["cuda_free"], fmt_us(s["total_us"]),
+                                s["steps_with_calls"]] for s in a["sites"][:15]])
+    if a.get("memory_stats_delta"):
+        body += ["", "memory_stats over the profiled window: " +
+                 ", ".join(f"{k} +{v}" for k, v in a["memory_stats_delta"].items())]
+    return _details("Caching allocator", body)
+
+
+def _hta(report: dict) -> list[str]:
+    hta = report.get("hta")
+    if not hta:
+        return []
+    if hta.get("error"):
+        return [f"HTA: failed ({_cell(hta['error'])}).", ""]
+    body = [f"- {k}: {_cell(v)}" for k, v in hta.items() if not isinstance(v, (dict, list))]
+    return _details("HolisticTraceAnalysis, side by side", body)

@@ -1,0 +1,56 @@
+"""Write report.json, report.md and report.html together: all rendered first, then each moved into place, so a
+failure leaves no partial report; files that are not ours are never overwritten."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from analyzer.analysis import REPORT_SCHEMA
+from analyzer.errors import UsageError
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
+MARKER = "gpu-idle-analyzer"
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            head = f.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return MARKER in head
+
+
+def write_reports(out_dir: Path, contents: dict[str, str]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in contents:
+        target = out_dir / name
+        if target.exists() and not _is_ours(target):
+            raise UsageError(f"{target}: exists and was not written by gpu-idle-analyzer; not overwriting "
+                             f"(choose another --out)")
+    staged = []
+    try:
+        for name, text in contents.items():
+            tmp = out_dir / f".{name}.tmp-{os.getpid()}"
+            tmp.write_text(text, encoding="utf-8")
+            staged.append((tmp, out_dir / name))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    return [target for _, target in staged]
+
+
+def report_json_text(report: dict) -> str:
+    assert report["schema"] == REPORT_SCHEMA
+    return json.dumps(report, indent=1, default=_jsonable) + "\n"
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
