@@ -43,7 +43,7 @@ def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path) -> dict
     report["sync_totals"] = syncs
     report["summary"]["top_finding"] = report["findings"][0]["title"] if findings else None
     if not tl.devices:
-        report["summary"]["note"] = "no GPU activity in this trace (CPU-only or no CUDA/HIP activities recorded)"
+        report["summary"]["note"] = "no GPU activity in this trace: a CPU-only run, or no CUDA/HIP activity was recorded"
     return report
 
 
@@ -104,21 +104,38 @@ MAX_INTERVALS = 5000
 
 def _timeline_payload(ctx: AnalysisContext) -> dict:
     """Busy and idle intervals per device for the report's timeline, bounded in size: busy intervals closer than
-    the cut-off merge, and only the longest idle intervals are kept when there are too many."""
+    the cut-off merge, and only the longest idle intervals are kept when there are too many. Each idle interval
+    names its call site by index into `sites`."""
+    from analyzer.frames import site_label
     from analyzer.gapcauses import CAUSES
-    devices = {}
-    for dev, (cause, _) in zip(ctx.timeline.devices, ctx.gap_causes):
+    devices, sites, site_index = {}, [], {}
+
+    def site_of(row: int) -> int:
+        label = site_label(ctx.model, ctx.frames, row) if row >= 0 else None
+        if label is None:
+            return -1
+        if label not in site_index:
+            site_index[label] = len(sites)
+            sites.append(label)
+        return site_index[label]
+
+    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
         bs, be = dev.busy_starts, dev.busy_ends
-        if len(bs) > MAX_INTERVALS:
-            gaps = bs[1:] - be[:-1]
-            cut = np.partition(gaps, len(gaps) - MAX_INTERVALS)[len(gaps) - MAX_INTERVALS]
-            keep = np.flatnonzero(gaps >= cut)
+        if len(bs) > MAX_INTERVALS:  # keep the widest gaps between busy intervals; merge across the rest
+            keep = np.sort(np.argsort(bs[1:] - be[:-1], kind="stable")[-(MAX_INTERVALS - 1):])
             bs, be = bs[np.append(0, keep + 1)], be[np.append(keep, len(be) - 1)]
         dur = dev.idle_ends - dev.idle_starts
         rows = np.arange(len(dur)) if len(dur) <= MAX_INTERVALS else np.sort(np.argsort(-dur)[:MAX_INTERVALS])
+        row_site: dict[int, int] = {}
+        idle = []
+        for i in rows.tolist():
+            r = int(responsible[i])
+            if r not in row_site:
+                row_site[r] = site_of(r)
+            idle.append([us(dev.idle_starts[i]), us(dev.idle_ends[i]), CAUSES[cause[i]], row_site[r]])
         devices[str(dev.device)] = {
-            "busy_us": [[us(s), us(e)] for s, e in zip(bs.tolist(), be.tolist())],
-            "idle_us": [[us(dev.idle_starts[i]), us(dev.idle_ends[i]), CAUSES[cause[i]]] for i in rows.tolist()],
+            "busy_us": [[us(s), us(e)] for s, e in zip(bs.tolist(), be.tolist())], "idle_us": idle,
             "idle_total": int(len(dur)), "busy_total": int(len(dev.busy_starts)),
         }
-    return {"devices": devices, "causes": list(CAUSES)}
+    return {"devices": devices, "causes": list(CAUSES), "sites": sites,
+            "idle_format": ["start_us", "end_us", "cause", "site index (-1: unknown)"]}

@@ -52,9 +52,10 @@ def print_summary(report: dict, written: list[Path]) -> None:
     print("reports: " + ", ".join(str(p) for p in written))
 
 
-def run_analyze(path: str, out: str | None, with_hta: bool) -> int:
+def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False) -> int:
+    from analyzer.inputs import latest_run
     from analyzer.report_files import write_reports
-    items = resolve_inputs(path, out)
+    items = resolve_inputs(latest_run(path) if latest else path, out)
     for n, item in enumerate(items):
         if n:
             print()

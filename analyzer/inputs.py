@@ -54,3 +54,15 @@ def resolve_inputs(path: str | Path, out: str | Path | None = None) -> list[Trac
     if len(traces) == 1:
         return [TraceInput(traces[0], meta, base)]
     return [TraceInput(t, meta, base / f"{trace_stem(t)}.report") for t in traces]
+
+
+def latest_run(folder: str | Path) -> Path:
+    """The newest run folder (by modification time) under `folder` that holds a trace."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder of runs")
+    runs = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+            and any(is_trace_file(f) for f in p.iterdir())]
+    if not runs:
+        raise UsageError(f"{folder}: no run folders with a trace (capture one first)")
+    return max(runs, key=lambda p: (p.stat().st_mtime, p.name))

@@ -96,7 +96,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         if delta is not None:
             entry["bytes_reserved" if delta > 0 else "bytes_released"] += abs(delta)
         if len(entry["occurrences"]) < 16:
-            entry["occurrences"].append((us(rt.start_ns[r]), us(rt.end_ns[r])))
+            entry["occurrences"].append((us(rt.start_ns[r]), us(rt.end_ns[r]), api))
     if len(steps):
         alloc_steps = steps.index_at(mem.ts_ns[cuda & (mem.bytes > 0)])
         for k, n in zip(*np.unique(alloc_steps[alloc_steps >= 0], return_counts=True)):
@@ -159,7 +159,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
                               for s in data["sites"][:5]],
                     "call_time_us": round(sum(v["total_us"] for v in data["by_api"].values()), 3),
                     "memory_stats_delta": stats},
-            occurrences_us=tuple(tuple(o) for o in (top["occurrences"] if top else []))))
+            occurrences_us=tuple((o[0], o[1]) for o in (top["occurrences"] if top else []))))
     if stats.get("num_alloc_retries", 0) > 0 or stats.get("num_ooms", 0) > 0:
         findings.append(Finding(
             kind="allocator_churn", severity="high",

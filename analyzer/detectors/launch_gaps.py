@@ -130,14 +130,14 @@ def _per_step(ctx: AnalysisContext, steps, gaps) -> list[dict]:
     out = []
     rt = model.runtime
     launches = np.sort(rt.start_ns[rt.gpu >= 0])
+    by_cause = [(c, dev.idle_starts[cause == code], dev.idle_ends[cause == code])
+                for dev, cause, _ in gaps for code, c in enumerate(CAUSES)]
     for k, name in enumerate(steps.names):
         lo, hi = int(steps.lo_ns[k]), int(steps.hi_ns[k])
         busy = sum(overlap_ns(d.busy_starts, d.busy_ends, lo, hi) for d in timeline.devices)
         idle = {c: 0 for c in CAUSES}
-        for dev, cause, _ in gaps:
-            for code, c in enumerate(CAUSES):
-                sel = cause == code
-                idle[c] += overlap_ns(dev.idle_starts[sel], dev.idle_ends[sel], lo, hi)
+        for c, starts, ends in by_cause:
+            idle[c] += overlap_ns(starts, ends, lo, hi)
         n_launch = int(np.searchsorted(launches, steps.cpu_end_ns[k]) - np.searchsorted(launches, steps.cpu_start_ns[k]))
         inside = sum(max(0, min(hi, d.window_end_ns) - max(lo, d.window_start_ns)) for d in timeline.devices)
         span = (hi - lo) * max(len(timeline.devices), 1)
@@ -156,7 +156,7 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     """A CUDA graph replays the step's GPU work back to back: its step time is about the GPU busy time."""
     decode = [s for s in per_step if not s["step"].startswith(("prefill", "ProfilerStep#")) or len(per_step) == 1]
     decode = decode or per_step
-    if not decode:
+    if not decode or not ctx.timeline.devices:
         return None
     busy = float(np.median([s["busy_us"] for s in decode]))
     profiled = float(np.median([s["wall_us"] for s in decode]))

@@ -34,7 +34,7 @@ ADVICE = {
                      "needed, use CUDA events or stream waits instead.",
     "other": "A call here blocks the CPU until the GPU finishes. Move it out of the step or make it asynchronous.",
 }
-LABEL = {"item": "`.item()`", "print": "print(tensor)", "copy_to_host": "device-to-host copy",
+LABEL = {"item": ".item()", "print": "print(tensor)", "copy_to_host": "device-to-host copy",
          "nonzero": "nonzero / boolean mask", "pageable_h2d": "pageable host-to-device copy",
          "explicit_sync": "explicit synchronize", "profiler": "profiler", "other": "synchronizing call"}
 
@@ -94,7 +94,19 @@ def _blocking_events(ctx: AnalysisContext) -> list[list[int]]:
     return groups
 
 
-def _copy_for(ctx: AnalysisContext, group: list[int]) -> str | None:
+def _copies_by_op(ctx: AnalysisContext) -> dict[int, str]:
+    """For every op that launched a memcpy: the first memcpy's GPU name."""
+    model = ctx.model
+    rt, gpu = model.runtime, model.gpu
+    rows = np.flatnonzero((rt.gpu >= 0) & (rt.op >= 0))
+    rows = rows[gpu.kind[rt.gpu[rows]] == GpuKind.MEMCPY]
+    out: dict[int, str] = {}
+    for r in rows.tolist():
+        out.setdefault(int(rt.op[r]), model.names[gpu.name[rt.gpu[r]]])
+    return out
+
+
+def _copy_for(ctx: AnalysisContext, group: list[int], copies_by_op: dict[int, str]) -> str | None:
     """The memcpy (by GPU name) this blocking group waits for: its own copy, or a copy launched by the same op."""
     model = ctx.model
     rt, gpu = model.runtime, model.gpu
@@ -102,15 +114,7 @@ def _copy_for(ctx: AnalysisContext, group: list[int]) -> str | None:
         g = int(rt.gpu[r])
         if g >= 0 and gpu.kind[g] == GpuKind.MEMCPY:
             return model.names[gpu.name[g]]
-    op = int(rt.op[group[-1]])
-    if op < 0:
-        return None
-    same_op = np.flatnonzero((rt.op == op) & (rt.gpu >= 0))
-    for r in same_op.tolist():
-        g = int(rt.gpu[r])
-        if gpu.kind[g] == GpuKind.MEMCPY:
-            return model.names[gpu.name[g]]
-    return None
+    return copies_by_op.get(int(rt.op[group[-1]]))
 
 
 def _meta_lines(ctx: AnalysisContext, frame_name: str | None) -> list[dict]:
@@ -135,9 +139,10 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     steps = step_ranges(model)
     claimed: set[tuple[int, int]] = set()
     sites: dict[tuple, dict] = {}
+    copies_by_op = _copies_by_op(ctx)
     for group in _blocking_events(ctx):
         last = group[-1]
-        copy_name = _copy_for(ctx, group)
+        copy_name = _copy_for(ctx, group, copies_by_op)
         kind, api_detail = _classify(ctx, last, copy_name)
         frame = int(rt.frame[last])
         frame_name = site_label(model, ctx.frames, last)
@@ -163,7 +168,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                 "api_detail": api_detail, "copy": copy_name, "count": 0, "wait_us": 0.0, "drain_us": 0.0,
                 "per_step": defaultdict(int), "source_lines": [{"file": s["file"], "line": s["line"],
                                                                 "code": s.get("code", "")} for s in lines],
-                "context": ctx.frames.context(frame), "occurrences": [],
+                "context": ctx.frames.context(frame), "occurrences": [], "drains_us": [],
             }
         entry["count"] += 1
         entry["wait_us"] += wait / 1e3
@@ -171,7 +176,9 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
         entry["per_step"][steps.names[step] if step >= 0 else "(outside steps)"] += 1
         if len(entry["occurrences"]) < 16:
-            entry["occurrences"].append(drain_span or (us(rt.start_ns[group[0]]), us(end)))
+            entry["occurrences"].append((us(rt.start_ns[group[0]]), us(end)))  # the blocking call(s)
+            if drain_span:
+                entry["drains_us"].append(drain_span)  # the GPU idle interval it caused
     site_list = sorted(sites.values(), key=lambda s: (-s["drain_us"], -s["count"]))
     for s in site_list:
         s["wait_us"], s["drain_us"] = round(s["wait_us"], 3), round(s["drain_us"], 3)
@@ -189,7 +196,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             call_site=s["call_site"], impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]],
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"]},
-            occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
+            occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"]))))
     sync_events = int((model.gpu.kind == GpuKind.SYNC).sum())
     data = {
         "sites": site_list,

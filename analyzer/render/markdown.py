@@ -30,7 +30,8 @@ def _details(summary: str, body: list[str]) -> list[str]:
 def headline(report: dict) -> str:
     s = report["summary"]
     if s.get("gpu_utilization") is None:
-        return f"**No GPU activity** in this trace: {s.get('note', '')}"
+        note = s.get("note") or "no GPU activity in this trace"
+        return f"**{note[0].upper()}{note[1:]}.**"
     line = (f"**GPU utilization {fmt_pct(s['gpu_utilization'])}**: busy {fmt_us(s['gpu_busy_us'])}, "
             f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window over {s['steps']} steps")
     dil = s.get("step_time_us")
