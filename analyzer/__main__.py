@@ -25,6 +25,11 @@ def _cmd_diff(args) -> int:
     return run_diff(args.before, args.after, args.out)
 
 
+def _cmd_dashboard(args) -> int:
+    from dashboard.app import main as dashboard_main
+    return dashboard_main(args.dashboard_args)
+
+
 def _cmd_schema(args) -> int:
     from analyzer.workload import describe_schema, script_names
     print(describe_schema())
@@ -54,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("after", help="run folder, trace file or report.json")
     dif.add_argument("--out", help="folder for diff.json / diff.md / diff.html (default: ./diff-A-vs-B)")
     dif.set_defaults(func=_cmd_diff)
+    dash = sub.add_parser("dashboard", help="the Dash dashboard over a folder of runs (same as python -m dashboard)",
+                          add_help=False)
+    dash.add_argument("dashboard_args", nargs=argparse.REMAINDER, help="--traces DIR --host HOST --port PORT")
+    dash.set_defaults(func=_cmd_dashboard)
     schema = sub.add_parser("schema", help="print the workload YAML schema")
     schema.set_defaults(func=_cmd_schema)
     return parser

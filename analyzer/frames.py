@@ -75,7 +75,7 @@ class FrameIndex:
 
     def context(self, frame_row: int, limit: int = 6) -> list[str]:
         """The frame chain from `frame_row` outwards (innermost first), at most `limit` names."""
-        return self.model.frame_chain(frame_row)[:limit] if frame_row >= 0 else []
+        return self.model.frame_chain(frame_row, limit) if frame_row >= 0 else []
 
 
 def outermost_op(model: TraceModel, op_row: int) -> int:

@@ -166,13 +166,15 @@ class TraceModel:
         counts = ", ".join(f"{t}={len(getattr(self, t))}" for t in tables)
         return f"TraceModel({self.path!r}, {counts})"
 
-    def frame_chain(self, frame_row: int) -> list[str]:
-        """Names of the frame and its callers, innermost first."""
+    def frame_chain(self, frame_row: int, limit: int | None = None) -> list[str]:
+        """Names of the frame and its callers, innermost first (at most `limit` of them)."""
         chain: list[str] = []
         row = int(frame_row)
-        while row >= 0 and len(chain) <= len(self.frames):  # the bound guards against a cyclic parent
-            chain.append(self.names[self.frames.name[row]])
-            row = int(self.frames.parent[row])
+        parents, names, codes = self.frames.parent, self.names, self.frames.name
+        bound = len(parents) if limit is None else min(limit, len(parents))  # also guards a cyclic parent
+        while row >= 0 and len(chain) < bound:
+            chain.append(names[codes[row]])
+            row = int(parents[row])
         return chain
 
     def gpu_window(self) -> tuple[int, int] | None:
