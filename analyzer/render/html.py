@@ -76,24 +76,25 @@ def _x(t_us: float, t0: float) -> float:
     return round((t_us - t0) / 1e3, 4)
 
 
-def _segments(intervals, t0: float) -> tuple[list, list]:
-    """Line x values ([s, e, None] per interval) and the interval midpoints for hover markers."""
-    xs, mids = [], []
-    for iv in intervals:
-        s, e = _x(iv[0], t0), _x(iv[1], t0)
-        xs += (s, e, None)
-        mids.append(round((s + e) / 2, 4))
-    return xs, mids
+def _segments(intervals, t0: float) -> tuple[np.ndarray, np.ndarray]:
+    """Line x values (s, e, NaN per interval: NaN breaks the line) and the interval midpoints for hover markers.
+    numpy arrays travel to plotly.js as compact base64 instead of validated Python lists."""
+    if not len(intervals):
+        return np.empty(0), np.empty(0)
+    arr = np.array([(iv[0], iv[1]) for iv in intervals], dtype=float)
+    s, e = (arr[:, 0] - t0) / 1e3, (arr[:, 1] - t0) / 1e3
+    xs = np.column_stack([s, e, np.full(len(s), np.nan)]).ravel()
+    return xs, (s + e) / 2
 
 
 def _lane(fig, intervals, t0, y, color, name, meta, legend_shown, **hover):
     """One colour of a lane: a thick line with None separators (x alone breaks the line), plus invisible
     midpoint markers that carry the hover, since lines only hover at their vertices."""
     xs, mids = _segments(intervals, t0)
-    fig.add_trace(go.Scatter(x=xs, y=[y] * len(xs), mode="lines", name=name, legendgroup=name,
+    fig.add_trace(go.Scatter(x=xs, y=np.full(len(xs), float(y)), mode="lines", name=name, legendgroup=name,
                              showlegend=not legend_shown, line={"color": color, "width": 16, "simplify": False},
                              hoverinfo="skip", meta=meta), row=1, col=1)
-    fig.add_trace(go.Scatter(x=mids, y=[y] * len(mids), mode="markers", legendgroup=name, showlegend=False,
+    fig.add_trace(go.Scatter(x=mids, y=np.full(len(mids), float(y)), mode="markers", legendgroup=name, showlegend=False,
                              marker={"color": color, "size": 14, "opacity": 0}, name=name, **hover), row=1, col=1)
 
 
@@ -185,12 +186,12 @@ def _add_memory(fig, report, t0) -> str:
                + [max(m.get("reserved_bytes") or [0]) for m in timeline.values()])
     unit, div = mem_unit(peak)
     for n, (dev, m) in enumerate(timeline.items()):
-        x = [_x(t, t0) for t in m.get("ts_us") or []]
+        x = (np.asarray(m.get("ts_us") or [], dtype=float) - t0) / 1e3
         dash = ("solid", "dash", "dot", "dashdot")[n % 4]
         for key, color, label in (("reserved_bytes", RESERVED_COLOR, "reserved"),
                                   ("allocated_bytes", ALLOCATED_COLOR, "allocated")):
             fig.add_trace(go.Scatter(
-                x=x, y=[round(b / div, 4) for b in m.get(key) or []], mode="lines", line_shape="hv",
+                x=x, y=np.asarray(m.get(key) or [], dtype=float) / div, mode="lines", line_shape="hv",
                 name=f"{label} GPU {dev}", legend="legend2", line={"color": color, "width": 2, "dash": dash},
                 hovertemplate=f"{label} GPU {html.escape(dev)}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms<extra></extra>",
                 meta={"kind": label, "device": dev, "unit": unit}), row=2, col=1)
