@@ -17,7 +17,7 @@ def _cmd_capture(args) -> int:
 
 def _cmd_analyze(args) -> int:
     from analyzer.cli_analyze import run_analyze
-    return run_analyze(args.path, args.out, args.hta, args.latest)
+    return run_analyze(args.path, args.out, args.hta, args.latest, not args.no_cache)
 
 
 def _cmd_diff(args) -> int:
@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "or <trace name>.report/ beside a trace file)")
     ana.add_argument("--hta", action="store_true", help="also run HolisticTraceAnalysis and put its figures beside ours")
     ana.add_argument("--latest", action="store_true", help="PATH is a folder of runs (e.g. traces): analyze the newest")
+    ana.add_argument("--no-cache", action="store_true",
+                     help="parse the trace even if a columnar cache of it exists (and write none)")
     ana.set_defaults(func=_cmd_analyze)
     dif = sub.add_parser("diff", help="compare two runs (before / after a fix): findings, steps, utilization")
     dif.add_argument("before", help="run folder, trace file or report.json")

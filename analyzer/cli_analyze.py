@@ -9,13 +9,13 @@ from analyzer.inputs import TraceInput, resolve_inputs
 TOP_PRINTED = 5
 
 
-def build_report(item: TraceInput, with_hta: bool = False) -> dict:
+def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -> dict:
     from analyzer.analysis import analyze_model
     from analyzer.runmeta import read_meta
     from analyzer.trace import TraceError, load_trace
     meta = read_meta(item.meta) if item.meta else None
     try:
-        model = load_trace(item.trace)
+        model = load_trace(item.trace, cache=cache)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     report = analyze_model(model, meta, item.trace)
@@ -52,14 +52,14 @@ def print_summary(report: dict, written: list[Path]) -> None:
     print("reports: " + ", ".join(str(p) for p in written))
 
 
-def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False) -> int:
+def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False, cache: bool = True) -> int:
     from analyzer.inputs import latest_run
     from analyzer.report_files import write_reports
     items = resolve_inputs(latest_run(path) if latest else path, out)
     for n, item in enumerate(items):
         if n:
             print()
-        report = build_report(item, with_hta)
+        report = build_report(item, with_hta, cache)
         written = write_reports(item.out_dir, render_all(report))
         print_summary(report, written)
     return 0

@@ -61,6 +61,22 @@ class AnalysisContext:
         """Per device timeline: (cause code, responsible runtime row) of every idle interval."""
         return [classify_gaps(self.model, dev) for dev in self.timeline.devices]
 
+    @functools.cached_property
+    def outermost_ops(self) -> np.ndarray:
+        """For every op row: the outermost enclosing cpu_op (annotations skipped), by pointer jumping."""
+        ops = self.model.ops
+        is_ann = ops.is_annotation.astype(bool)
+        best = np.where(is_ann, -1, np.arange(len(ops)))
+        cur = ops.parent.copy()
+        while True:
+            live = np.flatnonzero(cur >= 0)
+            if not len(live):
+                return best
+            up = cur[live]
+            take = ~is_ann[up]
+            best[live[take]] = up[take]
+            cur[live] = ops.parent[up]
+
     def name(self, code: int) -> str:
         return self.model.names[code]
 

@@ -9,19 +9,101 @@ import numpy as np
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
 from analyzer.gapcauses import CAUSES
-from analyzer.frames import outermost_op, site_label
 from analyzer.steps import step_ranges
 from analyzer.timeline import overlap_ns
 
-def _site(ctx: AnalysisContext, rt_row: int) -> tuple[str, str | None, list[str]]:
-    """(call site, outermost op name, frame context) of a runtime row."""
-    if rt_row < 0:
-        return "(unknown)", None, []
+_SITE_FRAME, _SITE_OP, _SITE_API, _SITE_NONE = range(4)
+
+
+def _take(column: np.ndarray, rows: np.ndarray, missing: int = 0) -> np.ndarray:
+    """column[rows] as int64, `missing` where rows < 0 (also when the column is empty)."""
+    if not len(column):
+        return np.full(len(rows), missing, np.int64)
+    return np.where(rows >= 0, column[np.clip(rows, 0, None)], missing).astype(np.int64)
+
+
+def _site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
+    """One int64 per runtime row naming its call site, as site_label() would: (kind << 32) | name code."""
+    model, rt = ctx.model, ctx.model.runtime
+    keys = np.full(len(rows), _SITE_NONE << 32, np.int64)
+    has = rows >= 0
+    r = rows[has]
+    frame = rt.frame[r]
+    user = _take(ctx.frames.user_frame, frame, -1)
+    best_frame = np.where(user >= 0, user, frame)
+    op = rt.op[r]
+    outer = _take(ctx.outermost_ops, op, -1)
+    frame_label = (_SITE_FRAME << 32) | _take(model.frames.name, best_frame)
+    op_label = (_SITE_OP << 32) | _take(model.ops.name, outer)
+    api_label = (_SITE_API << 32) | rt.name[r].astype(np.int64)
+    k = np.where(best_frame >= 0, frame_label, np.where(outer >= 0, op_label, api_label))
+    keys[has] = k
+    return keys
+
+
+def _site_text(ctx: AnalysisContext, key: int) -> str:
+    kind, code = key >> 32, key & 0xFFFFFFFF
+    if kind == _SITE_NONE:
+        return "(unknown)"
+    name = ctx.model.names[code]
+    return f"{name} (outside any op)" if kind == _SITE_API else name
+
+
+def _group_gaps(ctx: AnalysisContext, gaps, steps, top_n: int, long_gap_us: float):
+    """Idle time grouped by (cause, call site), all in numpy; the details only for what is reported."""
     model = ctx.model
-    frame = int(model.runtime.frame[rt_row])
-    op = int(model.runtime.op[rt_row])
-    op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
-    return site_label(model, ctx.frames, rt_row), op_name, ctx.frames.context(frame)
+    if not gaps:
+        return [], []
+    start = np.concatenate([d.idle_starts for d, _, _ in gaps])
+    end = np.concatenate([d.idle_ends for d, _, _ in gaps])
+    cause = np.concatenate([c for _, c, _ in gaps]).astype(np.int64)
+    row = np.concatenate([r for _, _, r in gaps]).astype(np.int64)
+    device = np.concatenate([np.full(len(d.idle_starts), d.device) for d, _, _ in gaps])
+    dur_us = (end - start) / 1e3
+    site = _site_keys(ctx, row)
+    groups, inverse = np.unique((cause << 40) | site, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    idle = np.bincount(inverse, weights=dur_us, minlength=len(groups))
+    count = np.bincount(inverse, minlength=len(groups))
+    long = dur_us >= long_gap_us
+    long_count = np.bincount(inverse[long], minlength=len(groups))
+    long_idle = np.bincount(inverse[long], weights=dur_us[long], minlength=len(groups))
+    largest = np.zeros(len(groups))
+    np.maximum.at(largest, inverse, dur_us)
+    outer = _take(ctx.outermost_ops, _take(model.runtime.op, row, -1), -1)
+    op_code = _take(model.ops.name, outer, -1)
+    order = np.lexsort((-dur_us, inverse))  # by group, largest gap first
+    first = np.searchsorted(inverse[order], np.arange(len(groups)))
+    site_list = []
+    for g in np.argsort(-idle, kind="stable")[:50].tolist():
+        members = order[first[g]: first[g] + count[g]]
+        lead = int(members[0])
+        op_idle: dict[str, float] = defaultdict(float)
+        for code, d in zip(op_code[members].tolist(), dur_us[members].tolist()):
+            if code >= 0:
+                op_idle[model.names[code]] += d
+        lead_frame = int(model.runtime.frame[row[lead]]) if row[lead] >= 0 else -1
+        site_list.append({
+            "cause": CAUSES[groups[g] >> 40], "call_site": _site_text(ctx, int(groups[g] & ((1 << 40) - 1))),
+            "op": model.names[op_code[lead]] if op_code[lead] >= 0 else None,
+            "count": int(count[g]), "idle_us": round(float(idle[g]), 3), "max_us": round(float(largest[g]), 3),
+            "long_count": int(long_count[g]), "long_idle_us": round(float(long_idle[g]), 3),
+            "context": ctx.frames.context(lead_frame),
+            "ops": {k: round(v, 3) for k, v in sorted(op_idle.items(), key=lambda kv: -kv[1])[:5]},
+            "occurrences": [(us(start[i]), us(end[i])) for i in members[:8].tolist()],
+        })
+    top = []
+    biggest = np.argsort(-dur_us, kind="stable")[:top_n]
+    step_of = steps.index_at(start[biggest]) if len(steps) else np.full(len(biggest), -1)
+    for i, k in zip(biggest.tolist(), step_of.tolist()):
+        r = int(row[i])
+        top.append({"ts_us": us(start[i]), "dur_us": us(end[i] - start[i]), "cause": CAUSES[cause[i]],
+                    "device": int(device[i]), "op": model.names[op_code[i]] if op_code[i] >= 0 else None,
+                    "call_site": _site_text(ctx, int(site[i])),
+                    "context": ctx.frames.context(int(model.runtime.frame[r])) if r >= 0 else [],
+                    "runtime_call": model.names[model.runtime.name[r]] if r >= 0 else None,
+                    "step": steps.names[k] if k >= 0 else None})
+    return top, site_list
 
 
 def launch_stats(ctx: AnalysisContext) -> dict:
@@ -68,47 +150,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
         gaps.append((dev, cause, responsible))
     steps = step_ranges(model)
 
-    # Group every gap by (cause, user call site); keep the biggest ones.
-    sites: dict[tuple[str, str], dict] = {}
-    top = []
-    for dev, cause, responsible in gaps:
-        dur = dev.idle_ends - dev.idle_starts
-        order = np.argsort(-dur, kind="stable")
-        step_of = steps.index_at(dev.idle_starts) if len(steps) else np.full(len(dur), -1)
-        site_cache: dict[int, tuple] = {}
-        for i in order.tolist():
-            row = int(responsible[i])
-            if row not in site_cache:
-                site_cache[row] = _site(ctx, row)
-            site, op_name, context = site_cache[row]
-            key = (CAUSES[cause[i]], site)
-            entry = sites.setdefault(key, {"cause": key[0], "call_site": site, "op": op_name, "count": 0,
-                                           "idle_us": 0.0, "max_us": 0.0, "context": context, "ops": defaultdict(float),
-                                           "occurrences": []})
-            entry["count"] += 1
-            entry["idle_us"] += dur[i] / 1e3
-            if dur[i] / 1e3 >= long_gap_us:
-                entry["long_count"] = entry.get("long_count", 0) + 1
-                entry["long_idle_us"] = entry.get("long_idle_us", 0.0) + dur[i] / 1e3
-            entry["max_us"] = max(entry["max_us"], dur[i] / 1e3)
-            if op_name:
-                entry["ops"][op_name] += dur[i] / 1e3
-            if len(entry["occurrences"]) < 8:
-                entry["occurrences"].append((us(dev.idle_starts[i]), us(dev.idle_ends[i])))
-            if len(top) < top_n:
-                top.append({"ts_us": us(dev.idle_starts[i]), "dur_us": us(dur[i]), "cause": CAUSES[cause[i]],
-                            "device": dev.device, "op": op_name, "call_site": site, "context": context,
-                            "runtime_call": model.names[model.runtime.name[row]] if row >= 0 else None,
-                            "step": steps.names[step_of[i]] if step_of[i] >= 0 else None})
-    top.sort(key=lambda g: -g["dur_us"])
-    site_list = sorted(sites.values(), key=lambda s: -s["idle_us"])
-    for s in site_list:
-        s.setdefault("long_count", 0)
-        s["long_idle_us"] = round(s.get("long_idle_us", 0.0), 3)
-        s["idle_us"] = round(s["idle_us"], 3)
-        s["max_us"] = round(s["max_us"], 3)
-        s["ops"] = {k: round(v, 3) for k, v in sorted(s["ops"].items(), key=lambda kv: -kv[1])[:5]}
-
+    top, site_list = _group_gaps(ctx, gaps, steps, top_n, long_gap_us)
     per_step = _per_step(ctx, steps, gaps)
     graph = _graph_estimate(ctx, per_step)
     data = {

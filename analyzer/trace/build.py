@@ -35,9 +35,23 @@ _MEMORY_INT_FIELDS = (
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
 
 
-def load_trace(path: str | PathLike) -> TraceModel:
-    """Load a Kineto trace (.json or gzipped .json). Raises TraceError for a file that is not one."""
+def load_trace(path: str | PathLike, *, cache: bool = False) -> TraceModel:
+    """Load a Kineto trace (.json or gzipped .json). Raises TraceError for a file that is not one.
+
+    With `cache=True` the columns are reopened from (or saved to) the columnar cache beside the trace.
+    """
     path = Path(path)
+    if cache and path.is_file():
+        from .cache import load_cached, save_cached
+        model = load_cached(path)
+        if model is None:
+            model = parse_trace(path)
+            save_cached(path, model)
+        return model
+    return parse_trace(path)
+
+
+def parse_trace(path: Path) -> TraceModel:
     with trace_text(path) as text:
         events, metadata, lenient = decode(text, path)
         if not events:
