@@ -5,6 +5,7 @@ Imports only torch, pyyaml and the standard library (it must run on a bare GPU m
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
@@ -186,9 +187,11 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
     recorded = active + (1 if wl.has_prefill else 0)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     exp = _experimental_config(workload["profiler.cuda_sync_events"] and device.type == "cuda", notes)
-    samples = []
     progress.phase("profiling", wait + warmup + recorded)
     _sync(device)
+    # Nothing but the workload runs inside the recorded window: memory_stats() alone costs ~1 ms of Python per
+    # call, which would show up as a GPU gap in every step. Stats are read at the window's edges only.
+    stats_before = _memory_stats(device) if wait + warmup == 0 else None
     t0 = time.perf_counter()
     with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=recorded, repeat=1),
                  record_shapes=workload["profiler.record_shapes"],
@@ -196,27 +199,25 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
                  with_stack=workload["profiler.with_stack"], experimental_config=exp) as prof:
         if wait + warmup:
             wl.new_sequence()
-        for _ in range(wait + warmup):
+        for i in range(wait + warmup):
             wl.step()
+            if i == wait + warmup - 1:
+                stats_before = _memory_stats(device)  # before the step() that starts the recorded window
             prof.step()
             progress.advance()
-        stats_before = _memory_stats(device)  # the recorded window starts here
         if wl.has_prefill:
             with record_function("prefill"):
                 wl.new_sequence()
-            samples.append({"step": "prefill", **_memory_sample(device)})
             prof.step()
             progress.advance()
         for k in range(active):
             with record_function(f"{wl.step_label}#{k}"):
                 wl.step()
-            samples.append({"step": f"{wl.step_label}#{k}", **_memory_sample(device)})
-            if k == active - 1:
-                stats_after = _memory_stats(device)
             prof.step()
             progress.advance()
     _sync(device)
     window_s = time.perf_counter() - t0
+    stats_after = _memory_stats(device)
     progress.phase("writing trace", 1)
     prof.export_chrome_trace(str(trace_path))
     progress.advance()
@@ -226,7 +227,7 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
         "trace": trace_path.name, "recorded_steps": recorded, "schedule": {"wait": wait, "warmup": warmup,
                                                                            "active": recorded},
         "annotations": (["prefill"] if wl.has_prefill else []) + [f"{wl.step_label}#{k}" for k in range(active)],
-        "window_wall_s": window_s, "memory_per_step": samples,
+        "window_wall_s": window_s,
         "memory_stats_delta": delta,
         "memory_stats_after": {k: v for k, v in stats_after.items()
                                if k.startswith(("num_", "allocated_bytes.all", "reserved_bytes.all",
@@ -234,19 +235,27 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
     }
 
 
-def sync_debug_pass(wl, device, steps: int, progress: Progress) -> list[dict]:
+def sampling_pass(wl, device, steps: int, sync_debug: bool, progress: Progress) -> tuple[list[dict], list[dict]]:
+    """A separate unprofiled pass: memory_allocated / memory_reserved after each step and, when asked, the
+    file:line of every synchronizing call (torch.cuda.set_sync_debug_mode)."""
     from analyzer.syncdebug import SyncSiteRecorder
-    progress.phase("sync-debug pass", steps + 1)
-    with SyncSiteRecorder(REPO_ROOT) as recorder:
-        recorder.phase = "new_sequence"
+    progress.phase("sync-debug pass" if sync_debug else "memory sampling pass", steps + 1)
+    samples = []
+    recorder = SyncSiteRecorder(REPO_ROOT) if sync_debug else contextlib.nullcontext()
+    with recorder:
+        if sync_debug:
+            recorder.phase = "new_sequence"
         wl.new_sequence()
+        samples.append({"step": "prefill" if wl.has_prefill else "start", **_memory_sample(device)})
         progress.advance()
-        recorder.phase = "step"
-        for _ in range(steps):
+        if sync_debug:
+            recorder.phase = "step"
+        for k in range(steps):
             wl.step()
+            samples.append({"step": f"{wl.step_label}#{k}", **_memory_sample(device)})
             progress.advance()
         _sync(device)
-    return recorder.results()
+    return samples, (recorder.results() if sync_debug else [])
 
 
 def environment(device) -> dict:
@@ -323,9 +332,12 @@ def capture(workload: Workload, out_dir: Path, argv: list[str]) -> int:
         elif p["timing.compare_modes"]:
             notes.append("timing.compare_modes needs CUDA and a decode workload; skipped")
         meta["profiled"] = profile_run(wl, workload, device, run.path(TRACE_FILE), progress, notes)
-        if p["sync_debug_pass"] and device.type == "cuda":
-            meta["sync_sites"] = sync_debug_pass(wl, device, min(p["profiler.active"], 8), progress)
-            meta["sync_debug_steps"] = min(p["profiler.active"], 8)
+        if device.type == "cuda":
+            steps = min(p["profiler.active"], 8)
+            sync_debug = p["sync_debug_pass"]
+            meta["memory_per_step"], sites = sampling_pass(wl, device, steps, sync_debug, progress)
+            if sync_debug:
+                meta["sync_sites"], meta["sync_debug_steps"] = sites, steps
         tokens = wl.tokens()
         if tokens is not None:
             meta["sample_tokens"] = tokens[0, -8:].tolist()

@@ -8,7 +8,8 @@ import numpy as np
 
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.gapcauses import CAUSES
+from analyzer.frames import site_label
+from analyzer.gapcauses import CAUSES, CPU_LAUNCH, OTHER
 from analyzer.steps import step_ranges
 from analyzer.timeline import overlap_ns
 
@@ -53,7 +54,7 @@ def _group_gaps(ctx: AnalysisContext, gaps, steps, top_n: int, long_gap_us: floa
     """Idle time grouped by (cause, call site), all in numpy; the details only for what is reported."""
     model = ctx.model
     if not gaps:
-        return [], []
+        return [], [], []
     start = np.concatenate([d.idle_starts for d, _, _ in gaps])
     end = np.concatenate([d.idle_ends for d, _, _ in gaps])
     cause = np.concatenate([c for _, c, _ in gaps]).astype(np.int64)
@@ -103,7 +104,40 @@ def _group_gaps(ctx: AnalysisContext, gaps, steps, top_n: int, long_gap_us: floa
                     "context": ctx.frames.context(int(model.runtime.frame[r])) if r >= 0 else [],
                     "runtime_call": model.names[model.runtime.name[r]] if r >= 0 else None,
                     "step": steps.names[k] if k >= 0 else None})
-    return top, site_list
+    return top, site_list, _long_gaps(ctx, start, end, cause, row, long_gap_us)
+
+
+def _frames_during(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
+    from analyzer.trace.joins import Intervals, thread_keys
+    model, frames, rt = ctx.model, ctx.model.frames, ctx.model.runtime
+    if not len(frames) or not len(rows):
+        return np.full(len(rows), -1, np.int64)
+    safe = np.clip(rows, 0, None)
+    frame_keys, query_keys = thread_keys([frames.pid, rt.pid[safe]], [frames.tid, rt.tid[safe]])
+    found = Intervals(frame_keys, frames.start_ns, frames.end_ns, sorted_by_start=True).innermost_enclosing(
+        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
+    return np.where(rows >= 0, found, -1)
+
+
+def _long_gaps(ctx: AnalysisContext, start, end, cause, row, long_gap_us: float) -> list[dict]:
+    """Gaps over the threshold, each with what the CPU was running in its middle (not only what it launched
+    next): the innermost user frame there, and whether the profiler itself was running."""
+    sel = np.flatnonzero(((end - start) / 1e3 >= long_gap_us) & np.isin(cause, (CPU_LAUNCH, OTHER)))
+    if not len(sel):
+        return []
+    middle = start[sel] + (end[sel] - start[sel]) // 2
+    during = _frames_during(ctx, row[sel], middle)
+    out = []
+    for i, frame in zip(sel.tolist(), during.tolist()):
+        chain = ctx.model.frame_chain(frame, 12) if frame >= 0 else []
+        user = ctx.frames.user_frame_of(frame)
+        out.append({"ts_us": us(start[i]), "dur_us": us(end[i] - start[i]), "cause": CAUSES[cause[i]],
+                    "launch_site": site_label(ctx.model, ctx.frames, int(row[i])),
+                    "during": ctx.frames.name(user) if user >= 0 else (chain[0] if chain else None),
+                    "during_chain": chain[:6],
+                    "profiler": any("torch/profiler/" in f or "torch/autograd/profiler" in f for f in chain)})
+    return out
 
 
 def launch_stats(ctx: AnalysisContext) -> dict:
@@ -150,7 +184,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
         gaps.append((dev, cause, responsible))
     steps = step_ranges(model)
 
-    top, site_list = _group_gaps(ctx, gaps, steps, top_n, long_gap_us)
+    top, site_list, long_gaps = _group_gaps(ctx, gaps, steps, top_n, long_gap_us)
     per_step = _per_step(ctx, steps, gaps)
     graph = _graph_estimate(ctx, per_step)
     data = {
@@ -158,12 +192,13 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
         "count_by_cause": counts,
         "top": top[:top_n],
         "sites": site_list[:50],
+        "long_gaps": long_gaps[:200],
         "per_step": per_step,
         "step_source": steps.source,
         "launch_stats": launch_stats(ctx),
         "cuda_graph_estimate": graph,
     }
-    return DetectorResult("gaps", data, tuple(_findings(site_list, by_cause, counts, window_us, graph,
+    return DetectorResult("gaps", data, tuple(_findings(site_list, long_gaps, by_cause, counts, window_us, graph,
                                                         long_gap_us)))
 
 
@@ -228,7 +263,7 @@ ADVICE_LAUNCH = ("The GPU finishes each kernel before Python has launched the ne
                  "or fuse small ops.")
 
 
-def _findings(site_list, by_cause, counts, window_us, graph, long_gap_us):
+def _findings(site_list, long_gaps, by_cause, counts, window_us, graph, long_gap_us):
     findings = []
     launch_us = by_cause["cpu_launch"]
     if window_us > 0 and launch_us / window_us >= 0.05:
@@ -250,15 +285,25 @@ def _findings(site_list, by_cause, counts, window_us, graph, long_gap_us):
             call_site=top_sites[0]["call_site"] if top_sites else None, impact_us=round(launch_us, 3),
             advice=advice, count=counts["cpu_launch"], detail=detail,
             occurrences_us=tuple(tuple(o) for o in (top_sites[0]["occurrences"] if top_sites else []))))
-    for s in site_list:
-        if s["cause"] in ("cpu_launch", "other") and s["long_count"]:
-            findings.append(Finding(
-                kind="launch_gap", severity=severity_for(s["long_idle_us"], window_us),
-                title=f"{s['long_count']} GPU idle gaps over {long_gap_us / 1e3:g} ms (max {s['max_us'] / 1e3:.1f} ms) "
-                      f"before work launched from {s['call_site']}",
-                call_site=s["call_site"], impact_us=s["long_idle_us"], count=s["long_count"],
-                advice="The CPU ran for over a millisecond between GPU launches here: move host work (data "
-                       "preparation, Python bookkeeping, logging) off the step or overlap it with GPU work.",
-                detail={"op": s["op"], "context": s["context"]},
-                occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
+    groups: dict[tuple[str, bool], list[dict]] = defaultdict(list)
+    for g in long_gaps:
+        groups[(g["during"] or g["launch_site"], g["profiler"])].append(g)
+    for (site, profiler), members in groups.items():
+        idle = round(sum(g["dur_us"] for g in members), 3)
+        worst = max(g["dur_us"] for g in members)
+        head = f"{len(members)} GPU idle gaps over {long_gap_us / 1e3:g} ms (max {worst / 1e3:.1f} ms)"
+        if profiler:
+            title = f"{head} while the profiler itself ran ({site}): instrumentation, absent from unprofiled runs"
+            advice = ("These gaps are the profiler's own step bookkeeping between steps. Compare with the "
+                      "unprofiled step time in meta.json; profile fewer steps or without with_stack to shrink it.")
+        else:
+            title = f"{head} while the CPU ran {site}"
+            advice = ("The CPU ran for over a millisecond between GPU launches here: move host work (data "
+                      "preparation, Python bookkeeping, logging) off the step or overlap it with GPU work.")
+        findings.append(Finding(
+            kind="launch_gap", severity="info" if profiler else severity_for(idle, window_us), title=title,
+            call_site=site, impact_us=idle, count=len(members), advice=advice,
+            detail={"context": members[0]["during_chain"], "launch_site": members[0]["launch_site"],
+                    "profiler_overhead": profiler},
+            occurrences_us=tuple((g["ts_us"], g["ts_us"] + g["dur_us"]) for g in members[:16])))
     return findings
