@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["dashboard"]:  # the dashboard parses its own options (argparse REMAINDER drops "--x" ones)
+        try:
+            from dashboard.app import main as dashboard_main
+            return dashboard_main(argv[1:])
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

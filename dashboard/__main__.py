@@ -1,0 +1,5 @@
+import sys
+
+from dashboard.app import main
+
+sys.exit(main())

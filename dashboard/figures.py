@@ -1,0 +1,325 @@
+"""Plotly figures of the run and diff pages, built from a TimelineView or a report (colours and units as in the
+static report.html)."""
+from __future__ import annotations
+
+import base64
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from analyzer import apis
+from analyzer.gapcauses import CAUSES
+from analyzer.render.html import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS,
+                                  mem_unit)
+from dashboard.timeline import LaneView, TimelineData, TimelineView
+
+STATE_COLORS = {
+    "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in CAUSES},
+    "kernel": BUSY_COLOR, "memcpy": "#009E73", "memset": "#F0E442",
+    "launch call": "#56B4E9", "blocking sync call": CAUSE_COLORS["sync"],
+    "cudaMalloc/cudaFree": CAUSE_COLORS["allocator"], "other runtime call": "#BBBBBB",
+    "step": STEP_COLORS[0], "step ": STEP_COLORS[1],
+}
+SYNC_MARKER = "host sync call"
+LANE_HALF = 0.4  # of the 1-unit lane pitch
+LANE_PX = 34
+MEMORY_PX = 210
+HOVER_BINS = 200  # binned lanes: one hover point per group of bins
+MAX_STEP_BARS = 200
+MAX_NAMED_STEP_BARS = 24
+HOVER_GROUPS = 24  # exact lanes: distinct hover texts that get a trace of their own
+FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
+TIME_TITLE = "time since GPU window start (ms)"
+WHITE_TEMPLATE = {"layout": pio.templates["plotly_white"].layout.to_plotly_json()}
+GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+
+
+def _ms(ns) -> np.ndarray:
+    return np.asarray(ns, np.float64) / 1e6
+
+
+def _packed(values, dtype: str = "f8") -> dict:
+    """A numpy array as plotly.js's base64 typed array (what plotly.py sends, without its validation cost)."""
+    a = np.ascontiguousarray(values, dtype=np.float64 if dtype == "f8" else np.float32)
+    out = {"dtype": dtype, "bdata": base64.b64encode(a.tobytes()).decode("ascii")}
+    if a.ndim == 2:
+        out["shape"] = f"{a.shape[0]}, {a.shape[1]}"
+    return out
+
+
+def _scatter(row: int, **props) -> dict:
+    """A scatter trace on subplot `row`, as the dict plotly.js reads; numpy arrays are packed."""
+    packed = {k: _packed(v, "f4" if v.dtype == np.float32 else "f8") if isinstance(v, np.ndarray) else v
+              for k, v in props.items()}
+    suffix = "" if row == 1 else str(row)
+    return {"type": "scatter", "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", **packed}
+
+
+def _step_xy(edges: np.ndarray, values: np.ndarray) -> dict:
+    """x/y of a step line (shape hv) over bins: explicit change points when that is smaller, else x0/dx over
+    all bins (bins are uniform), so a dense lane costs 4 bytes a bin and a sparse one a few points."""
+    changed = np.ones(len(values), bool)
+    changed[1:] = values[1:] != values[:-1]
+    idx = np.flatnonzero(changed)
+    if len(idx) * 3 < len(values):  # 12 bytes a change point against 4 a bin
+        return {"x": _ms(np.append(edges[idx], edges[-1])), "y": np.append(values[idx], values[-1])}
+    return {"x0": edges[0] / 1e6, "dx": (edges[1] - edges[0]) / 1e6, "y": np.append(values, values[-1])}
+
+
+def _lane_area(traces: list, lv: LaneView, y: float, row: int) -> None:
+    """The lane as stacked step areas: each state's share of each bin, between y-LANE_HALF and y+LANE_HALF."""
+    lane = lv.lane
+    if not lv.shares.any():
+        return
+    cum = np.minimum(np.cumsum(lv.shares, axis=1, dtype=np.float32), np.float32(1.0))
+    bottom = y - LANE_HALF
+    # the first area fills down to this flat line; each other one to the area before it
+    traces.append(_scatter(row, x=_ms(lv.edges[[0, -1]]), y=[bottom, bottom], mode="lines", line={"width": 0},
+                           hoverinfo="skip", showlegend=False))
+    for k, state in enumerate(lane.states):
+        if not lv.shares[:, k].any():
+            continue
+        top = (bottom + 2 * LANE_HALF * cum[:, k]).astype(np.float32)
+        traces.append(_scatter(
+            row, **_step_xy(lv.edges, top), mode="lines", fill="tonexty",
+            line={"width": 0, "shape": "hv", "color": STATE_COLORS[state]}, fillcolor=STATE_COLORS[state],
+            hoverinfo="skip", showlegend=False, legendgroup=state, name=state,
+            meta={"kind": "lane", "lane": lane.key, "state": state}))
+
+
+def _template(text: str) -> str:
+    return text.replace("%{", "% {")  # names are shown literally, never as hovertemplate fields
+
+
+def _lane_hover(traces: list, data: TimelineData, lv: LaneView, y: float, row: int, lo: float, hi: float) -> None:
+    """Invisible points along the lane's centre that carry its hover: one per interval when few enough are
+    visible (kernel, op, call site, duration), else one per group of bins (share of each state)."""
+    if lv.rows is None:
+        _binned_hover(traces, lv, y, row)
+        return
+    lane, rows = lv.lane, lv.rows
+    if not len(rows):
+        return
+    mids = _ms((np.maximum(lane.starts[rows], lo) + np.minimum(lane.ends[rows], hi)) / 2)
+    dur_us = ((lane.ends[rows] - lane.starts[rows]) / 1e3).astype(np.float32)
+    groups: dict[str, list[int]] = {}
+    for pos, i in enumerate(rows.tolist()):
+        groups.setdefault(data.hover_key(lane, i), []).append(pos)
+    ranked = sorted(groups, key=lambda k: -len(groups[k]))
+    tail = "<br>%{customdata:,.1f} µs at %{x:.3f} ms<extra></extra>"
+    common = {"mode": "markers", "marker": {"size": 12, "opacity": 0}, "showlegend": False, "name": lane.label,
+              "meta": {"kind": "hover", "lane": lane.key}}
+    for key in ranked[:HOVER_GROUPS]:  # one trace per distinct text: each text is sent once
+        pos = np.array(groups[key])
+        traces.append(_scatter(row, x=mids[pos], y=np.full(len(pos), y, np.float32), customdata=dur_us[pos],
+                               hovertemplate=_template(key) + tail, **common,
+                               hoverlabel={"bgcolor": STATE_COLORS[lane.states[lane.state[rows[pos[0]]]]]}))
+    rest = [p for key in ranked[HOVER_GROUPS:] for p in groups[key]]
+    if rest:
+        pos = np.array(rest)
+        traces.append(_scatter(row, x=mids[pos], y=np.full(len(pos), y, np.float32), customdata=dur_us[pos],
+                               text=[data.hover_key(lane, int(rows[p])) for p in pos],
+                               hovertemplate="%{text}" + tail, **common))
+
+
+def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
+    lane = lv.lane
+    group = max(1, -(-len(lv.counts) // HOVER_BINS))
+    n = len(lv.counts) // group
+    shares = lv.shares[: n * group].reshape(n, group, -1).mean(axis=1)
+    counts = lv.counts[: n * group].reshape(n, group).sum(axis=1)
+    edges = lv.edges[: n * group + 1: group]
+    keep = np.flatnonzero(shares.sum(axis=1) > 0)
+    if not len(keep):
+        return
+    custom = np.column_stack([shares[keep], counts[keep]]).astype(np.float32)
+    lines = "".join(f"<br>{html.escape(st)} %{{customdata[{k}]:.0%}}" for k, st in enumerate(lane.states))
+    traces.append(_scatter(
+        row, x=_ms((edges[keep] + edges[keep + 1]) / 2), y=np.full(len(keep), y, np.float32), customdata=custom,
+        mode="markers", marker={"size": 12, "opacity": 0}, showlegend=False, name=lane.label,
+        hovertemplate=(f"<b>{html.escape(lane.label)}</b> around %{{x:.3f}} ms (±{(edges[1] - edges[0]) / 2e6:.3g} ms)"
+                       f"{lines}<br>%{{customdata[{len(lane.states)}]:,}} intervals start here: zoom in for each"
+                       "<extra></extra>"),
+        meta={"kind": "hover", "lane": lane.key}))
+
+
+def _legend_entries(traces: list, states: list[str]) -> None:
+    """Fixed legend (the data traces come and go with the zoom); clicking an entry toggles its state."""
+    for state in states:
+        traces.append(_scatter(1, x=[None], y=[None], mode="markers", name=state, legendgroup=state,
+                               marker={"symbol": "square", "size": 14, "color": STATE_COLORS[state]},
+                               showlegend=True, hoverinfo="skip"))
+
+
+def _sync_markers(traces: list, data: TimelineData, view: TimelineView, y: float) -> None:
+    m = view.syncs
+    traces.append(_scatter(
+        1, x=_ms(m.starts), y=np.full(len(m.starts), y, np.float32), mode="markers", name=SYNC_MARKER,
+        marker={"symbol": "diamond", "size": 11, "color": CAUSE_COLORS["sync"], "line": {"width": 1, "color": "#333"}},
+        text=[data.describe_call(int(r)) for r in m.rows], hovertemplate="%{text}<extra></extra>",
+        meta={"kind": "sync"}))
+
+
+def _memory(traces: list, data: TimelineData, view: TimelineView, row: int) -> str:
+    unit, div = mem_unit(data.reserved_peak_bytes)
+    dashes = ("solid", "dash", "dot", "dashdot")
+    for n, m in enumerate(view.memory):
+        for key, values, color in (("memory_reserved", m.reserved, RESERVED_COLOR),
+                                   ("memory_allocated", m.allocated, ALLOCATED_COLOR)):
+            keep = np.ones(len(values), bool)
+            keep[1:-1] = values[1:-1] != values[:-2]  # a step line needs only the changes (and the last sample)
+            traces.append(_scatter(
+                row, x=_ms(m.ts[keep]), y=(values[keep] / div).astype(np.float32), mode="lines",
+                line={"color": color, "width": 2, "shape": "hv", "dash": dashes[n % 4]},
+                name=f"{key} GPU {m.device}", legend="legend2",
+                hovertemplate=f"{key} GPU {m.device}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms<extra></extra>",
+                meta={"kind": key, "device": m.device, "unit": unit}))
+    calls = view.allocs
+    if len(calls.rows):
+        names = [data.model.names[c] for c in data.model.runtime.name[calls.rows]]
+        first = view.memory[0] if view.memory else None
+        if first is not None and len(first.ts):
+            at = np.clip(np.searchsorted(first.ts, calls.starts, side="right") - 1, 0, len(first.ts) - 1)
+            ys = (first.reserved[at] / div).astype(np.float32)
+        else:
+            ys = np.zeros(len(calls.rows), np.float32)
+        for label, symbol, want in (("cudaMalloc (reserve)", "triangle-up", True),
+                                    ("cudaFree (release)", "triangle-down", False)):
+            pick = np.array([(n in apis.ALLOC_RESERVE) == want for n in names])
+            if not pick.any():
+                continue
+            traces.append(_scatter(
+                row, x=_ms(calls.starts[pick]), y=ys[pick], mode="markers", name=label, legend="legend2",
+                marker={"symbol": symbol, "size": 12, "color": CAUSE_COLORS["allocator"],
+                        "line": {"width": 1, "color": "#333"}},
+                text=[data.describe_call(int(r)) for r in calls.rows[pick]], hovertemplate="%{text}<extra></extra>",
+                meta={"kind": "alloc_call"}))
+    return unit
+
+
+def _lane_axis(domain, labels: list[str]) -> dict:
+    return {"domain": domain, "tickvals": list(range(len(labels) - 1, -1, -1)), "ticktext": labels,
+            "range": [-0.6, len(labels) - 0.4], "fixedrange": True, "showgrid": False, "zeroline": False}
+
+
+def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> dict:
+    """GPU lanes (steps, host syncs, devices, streams) over CPU runtime-call lanes over memory, one time axis.
+    `highlights`: (start_ns, end_ns) since t0 to shade (a selected finding's occurrences). A plain figure dict."""
+    n_gpu = len(data.gpu_lanes)  # steps lane included
+    gpu_views, cpu_views = view.lanes[:n_gpu], view.lanes[n_gpu:]
+    gpu_rows = [gpu_views[0], None, *gpu_views[1:]]  # None: the host-sync marker lane
+    cpu_rows = cpu_views or [None]
+    heights = [LANE_PX * len(gpu_rows) + 20, LANE_PX * len(cpu_rows) + 20, MEMORY_PX]
+    gap_px, margin = 62, {"l": 170, "r": 20, "t": 115, "b": 60}
+    height = sum(heights) + 2 * gap_px + margin["t"] + margin["b"]
+    plot_px = height - margin["t"] - margin["b"]
+    domains, top = [], 1.0
+    for h in heights:
+        domains.append([max(0.0, top - h / plot_px), top])
+        top -= (h + gap_px) / plot_px
+    traces: list[dict] = []
+    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", "launch call",
+                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call"])
+    lo, hi = view.lo, view.hi
+    labels = {1: [], 2: []}
+    for row, lanes in ((1, gpu_rows), (2, cpu_rows)):
+        for i, lv in enumerate(lanes):
+            labels[row].append(lv.lane.label if lv is not None else ("host syncs" if row == 1 else "no calls"))
+            if lv is not None:
+                _lane_area(traces, lv, len(lanes) - 1 - i, row)
+    for row, lanes in ((1, gpu_rows), (2, cpu_rows)):  # hover points after every area: a fill reaches back
+        for i, lv in enumerate(lanes):                  # to the trace just before it
+            if lv is not None:
+                _lane_hover(traces, data, lv, len(lanes) - 1 - i, row, lo, hi)
+    _sync_markers(traces, data, view, len(gpu_rows) - 2)
+    unit = _memory(traces, data, view, 3)
+    # the whole trace's extent, so that plotly's double-click autorange asks for all of it
+    traces.append(_scatter(3, x=_ms(np.array(data.full_range())), y=[0, 0], mode="markers", marker={"opacity": 0},
+                           hoverinfo="skip", showlegend=False, meta={"kind": "extent"}))
+    xrange = [lo / 1e6, hi / 1e6]
+    x_common = {"range": xrange, "showticklabels": True, "ticksuffix": " ms", "domain": [0, 1]}
+    shapes = [{"type": "line", "x0": t / 1e6, "x1": t / 1e6, "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
+               "line": {"color": "#777", "width": 1, "dash": "dot"}, "layer": "below"}
+              for t in view.step_edges.tolist()]
+    shapes += [{"type": "rect", "x0": s / 1e6, "x1": e / 1e6, "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
+                "layer": "below", "fillcolor": "rgba(213,94,0,0.18)",
+                "line": {"width": 1, "color": "rgba(213,94,0,0.6)"}}
+               for s, e in highlights]
+    titles = ("GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs, steps",
+              "CPU: CUDA runtime calls per thread", "GPU memory (caching allocator)")
+    layout = {
+        "template": WHITE_TEMPLATE, "height": height, "font": FONT, "hovermode": "closest", "dragmode": "zoom",
+        "uirevision": "timeline", "margin": margin, "hoverlabel": {"align": "left"}, "shapes": shapes,
+        "xaxis": {**x_common, "anchor": "y"}, "xaxis2": {**x_common, "anchor": "y2", "matches": "x"},
+        "xaxis3": {**x_common, "anchor": "y3", "matches": "x", "title": {"text": TIME_TITLE}},
+        "yaxis": {**_lane_axis(domains[0], labels[1]), "anchor": "x"},
+        "yaxis2": {**_lane_axis(domains[1], labels[2]), "anchor": "x2"},
+        "yaxis3": {"domain": domains[2], "anchor": "x3", "title": {"text": f"memory ({unit})"}, "fixedrange": True,
+                   "rangemode": "tozero"},
+        "annotations": [{"text": t, "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": d[1],
+                         "yanchor": "bottom", "showarrow": False, "font": {"size": 14}}
+                        for t, d in zip(titles, domains)],
+        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1 - 30 / height, "yanchor": "top",
+                   "yref": "container", "groupclick": "togglegroup"},  # below the modebar
+        "legend2": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[2][1] + 4 / plot_px,
+                    "yanchor": "bottom"},
+        "meta": {"t0_us": data.t0_us, "window_ms": xrange},
+    }
+    return {"data": traces, "layout": layout}
+
+
+def step_groups(n_steps: int) -> list[tuple[int, int]]:
+    """[first, last] step index of each bar: one step a bar, or runs of consecutive steps past MAX_STEP_BARS."""
+    size = max(1, -(-n_steps // MAX_STEP_BARS))
+    return [(i, min(i + size, n_steps) - 1) for i in range(0, n_steps, size)]
+
+
+def steps_figure(report: dict) -> go.Figure:
+    """Stacked bars of busy and idle by cause per step (mean per step over a group when there are many)."""
+    steps = (report.get("gaps") or {}).get("per_step") or []
+    groups = step_groups(len(steps))
+    names = [steps[a]["step"] if a == b else f"{steps[a]['step']} … {steps[b]['step']}" for a, b in groups]
+
+    def mean(value) -> list[float]:
+        return [sum(value(s) or 0 for s in steps[a:b + 1]) / (b - a + 1) / 1e3 for a, b in groups]
+
+    series = [("busy", BUSY_COLOR, lambda s: s.get("busy_us"))]
+    series += [(f"idle: {c}", CAUSE_COLORS[c], lambda s, c=c: (s.get("idle_by_cause_us") or {}).get(c))
+               for c in CAUSES]
+    per = "" if len(groups) == len(steps) else " (mean per step)"
+    # Past a few dozen bars their names would overlap: the axis counts steps and the hover names them.
+    by_name = len(groups) <= MAX_NAMED_STEP_BARS
+    x = names if by_name else [a for a, _ in groups]
+    fig = go.Figure([go.Bar(x=x, y=mean(value), name=name, marker_color=color, customdata=groups,
+                            hovertext=names,
+                            hovertemplate=f"%{{hovertext}}<br>{name} %{{y:.3f}} ms{per}<extra></extra>")
+                     for name, color, value in series])
+    if not by_name:
+        fig.update_layout(bargap=0.1)
+    title = "Per step: GPU busy and idle by cause (click a step to zoom the timeline to it)"
+    if per:
+        title = (f"Per step: GPU busy and idle by cause, mean over runs of {groups[0][1] + 1} steps "
+                 "(click a bar to zoom the timeline to its steps)")
+    fig.update_layout(barmode="stack", template="plotly_white", height=360, font=FONT,
+                      title={"text": title, "x": 0, "font": {"size": 15}},
+                      yaxis_title="time per step (ms)", legend={"x": 1.01, "y": 1},
+                      margin={"l": 70, "r": 20, "t": 50, "b": 60})
+    fig.update_yaxes(ticksuffix=" ms", fixedrange=True)
+    fig.update_xaxes(title_text="step" if by_name else "step number (trace order)", tickangle=0)
+    return fig
+
+
+def diff_figure(d: dict) -> go.Figure:
+    causes = list(d["idle_by_cause_us"])
+    fig = go.Figure([go.Bar(name=f"{label}: {d[side]['name']}", x=[f"idle: {c}" for c in causes],
+                            y=[(d["idle_by_cause_us"][c][side] or 0) / 1e3 for c in causes], marker_color=color,
+                            hovertemplate="%{x}: %{y:.3f} ms<extra>" + html.escape(label) + "</extra>")
+                     for side, label, color in (("before", "before", "#999999"), ("after", "after", BUSY_COLOR))])
+    fig.update_layout(barmode="group", template="plotly_white", height=340, font=FONT,
+                      title={"text": "GPU idle by cause, whole trace", "x": 0, "font": {"size": 15}},
+                      yaxis_title="GPU idle (ms)", margin={"l": 70, "r": 20, "t": 50, "b": 40},
+                      legend={"x": 1.01, "y": 1})
+    fig.update_yaxes(ticksuffix=" ms")
+    return fig

@@ -1,0 +1,44 @@
+"""Small pieces the pages share: links by run id, badges, error cards, the copy-as-Markdown block."""
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from dash import dcc, html
+
+from analyzer.render.html import CAUSE_COLORS, SEVERITY_COLORS
+
+
+def run_href(run_id: str) -> str:
+    return "/run/" + quote(run_id, safe="/")
+
+
+def download_href(run_id: str, name: str) -> str:
+    return f"/download/{quote(run_id, safe='/')}/{name}"
+
+
+def badge(text: str, color: str, **kwargs) -> html.Span:
+    return html.Span(text, className="badge", style={"--c": color}, **kwargs)
+
+
+def severity_badge(severity: str | None) -> html.Span:
+    return badge(severity or "–", SEVERITY_COLORS.get(severity, "#999999"))
+
+
+def cause_badge(cause: str, text: str | None = None) -> html.Span:
+    return badge(text or cause, CAUSE_COLORS.get(cause, "#999999"))
+
+
+def error_card(message: str, title: str = "Cannot show this", back: bool = False, **kwargs) -> html.Div:
+    children = [html.B(title + ": "), html.Span(message, className="error-message")]
+    if back:
+        children += [" ", dcc.Link("back to the run list", href="/")]
+    return html.Div(children, className="error-card", role="alert", **kwargs)
+
+
+def markdown_block(text: str, element_id: str, what: str) -> html.Div:
+    """A copy button for the Markdown text (for pasting into a GitHub issue), and the text itself folded."""
+    return html.Div([
+        html.Div([dcc.Clipboard(target_id=element_id, title="copy to the clipboard", className="clipboard"),
+                  html.Span(f"Copy {what} as Markdown, for pasting into a GitHub issue")], className="copy-row"),
+        html.Details([html.Summary("show the Markdown"), html.Pre(text, id=element_id, className="markdown")]),
+    ], className="markdown-block")

@@ -1,0 +1,100 @@
+"""`/diff?before=<id>&after=<id>`: two runs compared with analyzer.diff.compare: what each finding did (fixed,
+new, changed, unchanged), step time, utilization, idle by cause, syncs and allocator calls."""
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, dcc, html
+
+from analyzer.diff import compare, render_diff_markdown
+from analyzer.errors import UsageError
+from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+from dashboard.figures import GRAPH_CONFIG, diff_figure
+from dashboard.pages.common import badge, error_card, markdown_block, run_href
+from dashboard.runs import RunStore
+
+STATUS_COLORS = {"fixed": "#009E73", "new": "#D55E00", "changed": "#E69F00", "unchanged": "#999999"}
+
+
+def layout(store: RunStore, before: str | None, after: str | None) -> html.Div:
+    runs = store.runs()
+    options = [{"label": f"{r.run_id}", "value": r.run_id} for r in runs]
+    ids = [r.run_id for r in runs]
+    before = before if before in ids else (ids[1] if len(ids) > 1 else None)
+    after = after if after in ids else (ids[0] if ids else None)
+    return html.Div([
+        html.H1("Compare two runs"),
+        html.P("Pick the run before a fix and the run after it. Runs not analyzed yet are analyzed now.",
+               className="hint"),
+        html.Div([
+            html.Label(["before", dcc.Dropdown(id="diff-before", options=options, value=before, clearable=False)]),
+            html.Label(["after", dcc.Dropdown(id="diff-after", options=options, value=after, clearable=False)]),
+        ], className="diff-pickers"),
+        dcc.Loading(html.Div(id="diff-body"), delay_show=150),
+    ], className="page-diff")
+
+
+def _change(before, after, fmt) -> list:
+    if before is None and after is None:
+        return ["–"]
+    text = f"{fmt(before) if before is not None else '–'} → {fmt(after) if after is not None else '–'}"
+    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before:
+        return [text, html.Span(f" ({100 * (after - before) / abs(before):+.0f}%)", className="muted")]
+    return [text]
+
+
+def _summary_table(d: dict) -> html.Table:
+    s, steps, sy, al = d["summary"], d["per_step_median"], d["syncs"], d["allocator"]
+    rows = [("GPU utilization", s["gpu_utilization"], fmt_pct),
+            ("step time p50, unprofiled", s["step_unprofiled_p50_us"], fmt_us),
+            ("step time p50, profiled", s["step_profiled_p50_us"], fmt_us),
+            ("median step wall (profiled)", steps["wall_us"], fmt_us),
+            ("median step GPU busy", steps["busy_us"], fmt_us),
+            ("median step GPU idle", steps["idle_us"], fmt_us),
+            ("GPU busy, whole trace", s["gpu_busy_us"], fmt_us), ("GPU idle, whole trace", s["gpu_idle_us"], fmt_us),
+            ("steps", s["steps"], str), ("blocking host syncs", sy["blocking_calls"], str),
+            ("GPU drain after syncs", sy["drain_us"], fmt_us), ("cudaMalloc calls", al["cuda_malloc"], str),
+            ("cudaFree calls", al["cuda_free"], str), ("reserved peak", al["reserved_peak_bytes"], fmt_bytes)]
+    return html.Table([html.Thead(html.Tr([html.Th("metric"), html.Th("before → after")])),
+                       html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt))])
+                                   for name, v, fmt in rows])], className="kv")
+
+
+def _findings_table(d: dict) -> html.Table | html.P:
+    if not d["findings"]:
+        return html.P("Neither run has findings.", className="empty")
+    head = html.Thead(html.Tr([html.Th(h) for h in ("status", "finding", "call site", "GPU idle", "count")]))
+    rows = [html.Tr([html.Td(badge(f["status"], STATUS_COLORS[f["status"]])),
+                     html.Td(f["title_after"] or f["title_before"]),
+                     html.Td(html.Code(f["call_site"] or "–")),
+                     html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us)),
+                     html.Td(_change(f["count_before"], f["count_after"], str))],
+                    className=f"diff-finding {f['status']}", **{"data-status": f["status"]})
+            for f in d["findings"]]
+    return html.Table([head, html.Tbody(rows)], className="findings")
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(Output("diff-body", "children"), Input("diff-before", "value"), Input("diff-after", "value"))
+    def show_diff(before_id, after_id):
+        if not before_id or not after_id:
+            return html.P("Pick two runs.", className="hint")
+        reports = []
+        for run_id in (before_id, after_id):
+            run = store.find(run_id)
+            if run is None:
+                return error_card(f"no run {run_id!r}")
+            try:
+                reports.append(store.report(run))
+            except UsageError as exc:
+                return error_card(str(exc), title=f"cannot analyze {run_id}")
+        d = compare(before_id, reports[0], after_id, reports[1])
+        return html.Div([
+            html.P([dcc.Link(before_id, href=run_href(before_id)), " → ",
+                    dcc.Link(after_id, href=run_href(after_id))],
+                   className="diff-title"),
+            html.Div([html.Div([html.H2("Summary"), _summary_table(d)], className="diff-summary"),
+                      html.Div(dcc.Graph(figure=diff_figure(d), config=GRAPH_CONFIG), className="diff-chart")],
+                     className="diff-row"),
+            html.H2("Findings"), _findings_table(d),
+            markdown_block(render_diff_markdown(d), "diff-md", "this comparison"),
+        ])

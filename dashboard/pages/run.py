@@ -1,0 +1,248 @@
+"""`/run/<run id>`: header, downloads, ranked findings (filter by kind; click one to zoom the timeline to its
+occurrences and read its call site, frames and advice), the timeline refined on every zoom, per-step bars."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import dash
+from dash import ALL, Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+
+from analyzer.errors import UsageError
+from analyzer.render.units import fmt_pct, fmt_us
+from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
+from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
+                                    severity_badge)
+from dashboard.runs import RunStore, format_created
+from dashboard.timeline import TimelineData
+
+FINDING = "finding"
+OCCURRENCE = "occurrence"
+MIN_PAD_US = 20.0
+MAX_OCCURRENCE_BUTTONS = 16
+TIMELINE_HINT = ("Drag across any panel to zoom all of them (the server recomputes what the new window shows); "
+                 "double-click to see the whole trace; hover for kernel, op, call site and duration.")
+
+
+# ------------------------------------------------------------------ layout
+
+def layout(store: RunStore, run_id: str) -> html.Div:
+    run = store.find(run_id)
+    if run is None:
+        return error_card(f"no run {run_id!r} under the traces folder", back=True)
+    try:
+        report = store.report(run)
+        data = store.timeline(run)
+        markdown = store.report_text(run, "report.md")
+    except UsageError as exc:
+        return error_card(str(exc), title="cannot analyze this run", back=True)
+    lo, hi = data.full_range()
+    figure = timeline_figure(data, data.view(lo, hi))
+    findings = report.get("findings") or []
+    kinds = sorted({f["kind"] for f in findings})
+    return html.Div([
+        dcc.Store(id="run-id", data=run.run_id),
+        dcc.Store(id="zoom", data=None),
+        dcc.Store(id="timeline-relayout", data=None),
+        _header(report, run.run_id),
+        html.Div([
+            html.Div([
+                html.Div([html.H2("Findings"),
+                          dcc.Checklist(id="kind-filter", options=kinds, value=kinds, inline=True,
+                                        className="kind-filter")], className="section-head"),
+                html.Div(_findings_table(findings), className="findings-scroll"),
+            ], className="findings-col"),
+            html.Div(html.P("Click a finding to zoom the timeline to its occurrences and see its call site, "
+                            "Python frames and advice.", className="hint"),
+                     id="finding-detail", className="detail-col"),
+        ], className="findings-row"),
+        html.H2("Timeline"),
+        html.P(TIMELINE_HINT, className="hint"),
+        dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=GRAPH_CONFIG, style={"width": "100%"}),
+                    delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
+        dcc.Graph(id="steps-graph", figure=steps_figure(report), config=GRAPH_CONFIG),
+        markdown_block(markdown, "report-md", "the report"),
+    ], className="page-run")
+
+
+def _header(report: dict, run_id: str) -> html.Header:
+    run, s = report.get("run") or {}, report.get("summary") or {}
+    workload = Path(run["workload"]).stem if run.get("workload") else None
+    title = " · ".join(str(p) for p in (workload, run.get("model"), run.get("device")) if p) or run_id
+    facts = [f"{k} {run[k]}" for k in ("torch", "cuda_runtime", "dtype", "mode") if run.get(k)]
+    if run.get("batch_size") is not None:
+        facts.append(f"batch {run['batch_size']}")
+    if run.get("created_utc"):
+        facts.append(f"captured {format_created(run['created_utc'])}")
+    st = s.get("step_time_us")
+    if st:
+        step = [html.B(fmt_us(st.get("unprofiled_p50"))), " unprofiled vs ", html.B(fmt_us(st.get("profiled_p50"))),
+                f" profiled (p50): profiler dilation {st.get('profiler_dilation')}×"]
+    else:
+        step = ["unprofiled step time unknown (no meta.json timings); profiled steps in the per-step chart"]
+    by_cause = (report.get("gaps") or {}).get("by_cause") or {}
+    return html.Header([
+        html.H1(title),
+        html.P([html.Code(run_id), *([" · ", " · ".join(facts)] if facts else [])], className="run-facts"),
+        html.P(["GPU utilization ", html.B(fmt_pct(s.get("gpu_utilization"))),
+                f" · busy {fmt_us(s.get('gpu_busy_us'))} · idle {fmt_us(s.get('gpu_idle_us'))} of a "
+                f"{fmt_us(s.get('window_us'))} window · {s.get('steps', 0)} steps"], className="summary"),
+        html.P(["Step time: ", *step], className="summary"),
+        html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items()], className="chips"),
+        html.P(s["note"], className="note") if s.get("note") else None,
+        html.Div([html.A("report.md", href=download_href(run_id, "report.md"), className="button", download=""),
+                  html.A("report.html", href=download_href(run_id, "report.html"), className="button", download=""),
+                  html.A("raw trace", href=download_href(run_id, "trace"), className="button", download="")],
+                 className="downloads"),
+    ])
+
+
+def _findings_table(findings: list[dict]) -> html.Table | html.P:
+    if not findings:
+        return html.P("No findings: nothing in this trace explains a significant share of GPU idle time.",
+                      className="empty")
+    head = html.Thead(html.Tr([html.Th(h) for h in ("#", "severity", "kind", "finding", "call site", "count",
+                                                    "GPU idle")]))
+    rows = [html.Tr([html.Td(str(i + 1)), html.Td(severity_badge(f["severity"])), html.Td(f["kind"], className="kind"),
+                     html.Td(f["title"]), html.Td(html.Code(f.get("call_site") or "–"), className="call-site"),
+                     html.Td(str(f.get("count", "–")), className="num"),
+                     html.Td(fmt_us(f.get("impact_us")), className="num")],
+                    id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0, className="finding-row",
+                    title="click: zoom the timeline to this finding")
+            for i, f in enumerate(findings)]
+    return html.Table([head, html.Tbody(rows)], className="findings")
+
+
+def _detail(f: dict, index: int) -> list:
+    detail = f.get("detail") or {}
+    out = [html.H3(f["title"]),
+           html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
+                   f" · GPU idle {fmt_us(f.get('impact_us'))} · count {f.get('count', '–')}"]),
+           html.P([html.B("call site "), html.Code(f.get("call_site") or "–")])]
+    if detail.get("context"):
+        out += [html.H4("Python frames (innermost first)"), html.Pre("\n".join(map(str, detail["context"])))]
+    if detail.get("source_lines"):
+        out += [html.H4("Source"), html.Pre("\n".join(f"{s.get('file')}:{s.get('line')}: {s.get('code')}"
+                                                      for s in detail["source_lines"]))]
+    if detail.get("top_sites"):
+        out += [html.H4("Top call sites"), html.Ul([
+            html.Li([html.Code(s["call_site"]), f": {fmt_us(s.get('idle_us'))} in {s.get('count')} gaps"])
+            for s in detail["top_sites"]])]
+    out += [html.H4("Advice"), html.P(f.get("advice") or "–", className="advice")]
+    occ = f.get("occurrences_us") or []
+    if occ:
+        out += [html.H4(f"Occurrences ({len(occ)} shown; all shaded on the timeline)"), html.Div([
+            html.Button(f"#{k + 1} {fmt_us(e - s)}", id={"type": OCCURRENCE, "finding": index, "index": k},
+                        n_clicks=0, className="occurrence", title="zoom to this occurrence")
+            for k, (s, e) in enumerate(occ[:MAX_OCCURRENCE_BUTTONS])], className="occurrences")]
+    return out
+
+
+# ------------------------------------------------------------------ zoom
+
+def _window_ns(data: TimelineData, spans_us: list, pad_share: float = 0.05, context: bool = True) -> list[float]:
+    """[lo, hi] in ns since t0 covering the µs spans, padded (with `context`: by twice the longest span, so a
+    short occurrence shows what came before and after it)."""
+    lo = min(s for s, _ in spans_us)
+    hi = max(e for _, e in spans_us)
+    longest = max(e - s for s, e in spans_us) if context else 0.0
+    pad = max((hi - lo) * pad_share, 2 * longest, MIN_PAD_US)
+    return [(lo - pad - data.t0_us) * 1e3, (hi + pad - data.t0_us) * 1e3]
+
+
+def _zoom(window_ns, highlights_us, data: TimelineData) -> dict:
+    return {"window_ns": window_ns, "highlights_ns": [[(s - data.t0_us) * 1e3, (e - data.t0_us) * 1e3]
+                                                      for s, e in highlights_us], "at": time.time()}
+
+
+def window_from_relayout(relayout: dict | None) -> tuple[float, float] | str | None:
+    """(lo_ms, hi_ms) from a zoom or pan, "full" from a double-click, None for anything else (autosize)."""
+    if not relayout:
+        return None
+    for key, value in relayout.items():
+        if key.startswith("xaxis") and key.endswith(".range") and isinstance(value, list) and len(value) == 2:
+            return float(value[0]), float(value[1])
+    for key, value in relayout.items():
+        if key.startswith("xaxis") and key.endswith(".range[0]"):
+            other = relayout.get(key.replace("[0]", "[1]"))
+            if other is not None:
+                return float(value), float(other)
+    if any(key.startswith("xaxis") and key.endswith(".autorange") for key in relayout):
+        return "full"
+    return None
+
+
+# ------------------------------------------------------------------ callbacks
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    def timeline_data(run_id) -> tuple[dict, TimelineData]:
+        run = store.find(run_id)
+        if run is None:
+            raise PreventUpdate
+        return store.report(run), store.timeline(run)
+
+    @app.callback(Output({"type": FINDING, "index": ALL, "kind": ALL}, "style"), Input("kind-filter", "value"))
+    def filter_findings(kinds):
+        shown = set(kinds or [])
+        return [None if o["id"]["kind"] in shown else {"display": "none"} for o in ctx.outputs_list]
+
+    @app.callback(Output("zoom", "data"), Output("finding-detail", "children"),
+                  Input({"type": FINDING, "index": ALL, "kind": ALL}, "n_clicks"), State("run-id", "data"),
+                  prevent_initial_call=True)
+    def select_finding(clicks, run_id):
+        if not ctx.triggered or not ctx.triggered[0]["value"]:
+            raise PreventUpdate
+        index = ctx.triggered_id["index"]
+        report, data = timeline_data(run_id)
+        f = report["findings"][index]
+        occ = f.get("occurrences_us") or []
+        zoom = _zoom(_window_ns(data, occ), occ, data) if occ else dash.no_update
+        return zoom, _detail(f, index)
+
+    @app.callback(Output("zoom", "data", allow_duplicate=True),
+                  Input({"type": OCCURRENCE, "finding": ALL, "index": ALL}, "n_clicks"), State("run-id", "data"),
+                  prevent_initial_call=True)
+    def zoom_to_occurrence(clicks, run_id):
+        if not ctx.triggered or not ctx.triggered[0]["value"]:
+            raise PreventUpdate
+        report, data = timeline_data(run_id)
+        occ = report["findings"][ctx.triggered_id["finding"]]["occurrences_us"]
+        s, e = occ[ctx.triggered_id["index"]]
+        return _zoom(_window_ns(data, [(s, e)], 0.0), occ, data)
+
+    @app.callback(Output("zoom", "data", allow_duplicate=True), Input("steps-graph", "clickData"),
+                  State("run-id", "data"), prevent_initial_call=True)
+    def zoom_to_step(click, run_id):
+        if not click or not click.get("points"):
+            raise PreventUpdate
+        report, data = timeline_data(run_id)
+        first, last = click["points"][0]["customdata"]
+        steps = report["gaps"]["per_step"]
+        span = (steps[first]["ts_us"], steps[last]["ts_us"] + steps[last]["wall_us"])
+        return _zoom(_window_ns(data, [span], 0.02, context=False), [], data)
+
+    # Only x-axis changes go to the server. Plotly's autosize relayout after the first draw (and on window
+    # resizes) would otherwise be a second request for the figure, and Dash drops the answer to an earlier one:
+    # a zoom made just before it would be lost.
+    app.clientside_callback(
+        """function(relayout) {
+            const keys = Object.keys(relayout || {});
+            return keys.some(k => k.startsWith('xaxis')) ? relayout : window.dash_clientside.no_update;
+        }""", Output("timeline-relayout", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
+
+    @app.callback(Output("timeline", "figure"), Input("timeline-relayout", "data"), Input("zoom", "data"),
+                  State("run-id", "data"), prevent_initial_call=True)
+    def refine_timeline(relayout, zoom, run_id):
+        _, data = timeline_data(run_id)
+        highlights = (zoom or {}).get("highlights_ns") or []
+        if ctx.triggered_id == "zoom":
+            if not zoom:
+                raise PreventUpdate
+            lo, hi = zoom["window_ns"]
+        else:
+            window = window_from_relayout(relayout)
+            if window is None:
+                raise PreventUpdate
+            lo, hi = data.full_range() if window == "full" else (window[0] * 1e6, window[1] * 1e6)
+        return timeline_figure(data, data.view(min(lo, hi), max(lo, hi)), highlights)

@@ -1,0 +1,400 @@
+"""The runs under the traces folder: discovery, what the run list shows of each, and reports analyzed once and
+cached on disk (report.* in the run folder, else under DIR/.gpu-idle-cache/, else in memory).
+
+The browser only ever names a run by its id (its folder relative to DIR); paths are looked up from discovery,
+never built from what a client sent. Folders or files whose real path leaves DIR (symlinks) are not runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+
+from analyzer.errors import UsageError
+from analyzer.inputs import is_trace_file, resolve_inputs, trace_stem
+from analyzer.runmeta import RunMeta, read_meta
+from dashboard.lru import SizedLru
+
+CACHE_DIR_NAME = ".gpu-idle-cache"
+PROBE_FULL_GZIP_BYTES = 16 << 20  # larger gzipped traces are only checked when analyzed
+REPORT_CACHE_ENTRIES = 16
+DISCOVERY_TTL_S = 1.0
+REPORT_SCHEMA_PREFIX = b'"schema": "gpu-idle-analyzer/report/'
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    run_id: str  # folder relative to DIR (posix), plus "/<trace stem>" when a folder holds several traces
+    trace: Path
+    meta: Path | None
+    out_dir: Path  # where `analyze` writes this trace's report.*
+
+    def stamp(self) -> tuple[int, int]:
+        st = self.trace.stat()
+        return st.st_mtime_ns, st.st_size
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    """One line of the run list."""
+    run: Run
+    workload: str
+    model: str | None
+    device: str | None
+    created: str | None  # "2026-12-02 14:52 UTC"
+    status: str  # analyzed | not analyzed | error
+    utilization: float | None = None
+    top_finding: str | None = None
+    top_severity: str | None = None
+    error: str | None = None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def _subfolders(folder: Path, root: Path) -> list[Path]:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [p for p in entries if not p.name.startswith(".") and p.is_dir() and _inside(p, root)]
+
+
+def discover_runs(root: Path) -> list[Run]:
+    """Run folders (folders holding a trace file) one and two levels under root, in path order."""
+    root = root.resolve()
+    runs, seen = [], set()
+    for level1 in _subfolders(root, root):
+        for folder in [level1, *_subfolders(level1, root)]:
+            try:
+                has_trace = any(is_trace_file(p) for p in folder.iterdir())
+            except OSError:
+                continue
+            if not has_trace:
+                continue
+            rel = folder.relative_to(root).as_posix()
+            items = resolve_inputs(folder)
+            for item in items:
+                if not _inside(item.trace, root):
+                    continue
+                run_id = rel if len(items) == 1 else f"{rel}/{trace_stem(item.trace)}"
+                meta = item.meta if item.meta and _inside(item.meta, root) else None
+                if run_id not in seen:
+                    seen.add(run_id)
+                    runs.append(Run(run_id, item.trace, meta, item.out_dir))
+    return runs
+
+
+def format_created(created_utc: str | None) -> str | None:
+    """'20261202T145205Z' -> '2026-12-02 14:52 UTC'."""
+    if not created_utc:
+        return None
+    try:
+        t = datetime.datetime.strptime(created_utc, "%Y%m%dT%H%M%SZ")
+    except ValueError:
+        return str(created_utc)
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def probe_trace(path: Path) -> bool:
+    """Whether the file looks like a whole JSON document, without parsing it: a gzip stream that ends properly
+    (decompressed in full up to PROBE_FULL_GZIP_BYTES), or text that starts with { or [ and ends with } or ]."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(2)
+            if head == b"\x1f\x8b":
+                if size > PROBE_FULL_GZIP_BYTES:
+                    return True
+                f.seek(0)
+                return _gzip_is_whole_json(f)
+            f.seek(0)
+            first = f.read(4096).lstrip()[:1]
+            f.seek(max(0, size - 4096))
+            last = f.read().rstrip()[-1:]
+    except OSError:
+        return False
+    return first in (b"{", b"[") and last in (b"}", b"]")
+
+
+def _gzip_is_whole_json(f) -> bool:
+    inflate = zlib.decompressobj(wbits=31)
+    first, last = b"", b""
+    try:
+        while chunk := f.read(1 << 20):
+            out = inflate.decompress(chunk)
+            if not first and out.strip():
+                first = out.lstrip()[:1]
+            if out.strip():
+                last = out.rstrip()[-1:]
+            if inflate.eof:
+                break
+    except zlib.error:
+        return False
+    return inflate.eof and first in (b"{", b"[") and last in (b"}", b"]")
+
+
+class RunStore:
+    """Everything the pages ask about runs, by run id. Safe to share between threads (browser tabs)."""
+
+    def __init__(self, traces_dir: Path, timeline_cache_bytes: int = 1 << 30):
+        self.root = Path(traces_dir).resolve()
+        self.cache_root = self.root / CACHE_DIR_NAME
+        self._lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
+        self._reports: OrderedDict[tuple, dict] = OrderedDict()
+        self._memory_texts: dict[tuple, dict[str, str]] = {}  # reports that no folder would take
+        self._errors: dict[tuple, str] = {}
+        self._probes: dict[tuple, str | None] = {}
+        self._metas: dict[tuple, RunMeta | None] = {}
+        self._summaries: dict[tuple, dict] = {}
+        self._discovery: list[Run] = []
+        self._discovered_at = -1e9
+        from dashboard.timeline import TimelineData
+        self.timelines = SizedLru(timeline_cache_bytes, TimelineData.nbytes)
+
+    # ------------------------------------------------------------ discovery
+
+    def _discovered(self) -> list[Run]:
+        """discover_runs, at most once a second (every callback looks its run up by id)."""
+        with self._lock:
+            if time.monotonic() - self._discovered_at > DISCOVERY_TTL_S:
+                self._discovery = discover_runs(self.root)
+                self._discovered_at = time.monotonic()
+            return self._discovery
+
+    def runs(self) -> list[Run]:
+        """Newest first (meta.json's created_utc, else the trace's modification time)."""
+        def newest(run: Run) -> str:
+            meta = self._meta_or_none(run)
+            created = meta.get("created_utc") if meta else None
+            if isinstance(created, str) and created:
+                return created
+            return datetime.datetime.fromtimestamp(run.trace.stat().st_mtime, datetime.UTC).strftime(
+                "%Y%m%dT%H%M%SZ")
+        return sorted(self._discovered(), key=lambda r: (newest(r), r.run_id), reverse=True)
+
+    def find(self, run_id: str | None) -> Run | None:
+        if not run_id:
+            return None
+        return next((r for r in self._discovered() if r.run_id == run_id), None)
+
+    def _run_lock(self, run_id: str) -> threading.Lock:
+        with self._lock:
+            return self._run_locks.setdefault(run_id, threading.Lock())
+
+    # ------------------------------------------------------------ meta and the run list
+
+    def meta(self, run: Run) -> RunMeta | None:
+        """meta.json, or None; raises UsageError when it is not readable JSON."""
+        if run.meta is None:
+            return None
+        key = (str(run.meta), run.meta.stat().st_mtime_ns)
+        if key not in self._metas:
+            self._metas[key] = read_meta(run.meta)
+        return self._metas[key]
+
+    def _meta_or_none(self, run: Run) -> RunMeta | None:
+        try:
+            return self.meta(run)
+        except (UsageError, OSError):
+            return None
+
+    def row(self, run: Run) -> RunRow:
+        meta_error = None
+        try:
+            meta = self.meta(run)
+        except UsageError as exc:
+            meta, meta_error = None, str(exc)
+        workload = Path(meta.get("workload_file") or "").stem if meta and meta.get("workload_file") else None
+        workload = workload or (meta.get("workload", "name") or meta.get("workload", "script") if meta else None)
+        model = meta.get("model", "preset") or meta.get("model", "checkpoint") if meta else None
+        device = meta.get("environment", "gpu_name") or meta.get("environment", "device") if meta else None
+        base = dict(run=run, workload=workload or run.trace.name, model=model, device=device,
+                    created=format_created(meta.get("created_utc") if meta else None))
+        if meta_error:
+            return RunRow(**base, status="error", error=meta_error)
+        error = self.known_error(run)
+        if error:
+            return RunRow(**base, status="error", error=error)
+        summary = self._cached_summary(run)
+        if summary is None:
+            return RunRow(**base, status="not analyzed")
+        return RunRow(**base, status="analyzed", **summary)
+
+    def rows(self) -> list[RunRow]:
+        return [self.row(run) for run in self.runs()]
+
+    def known_error(self, run: Run) -> str | None:
+        """The one-line error of a trace that failed to analyze, or that the cheap probe finds broken."""
+        key = (run.run_id, run.stamp())
+        if key in self._errors:
+            return self._errors[key]
+        if key not in self._probes:
+            self._probes[key] = None if probe_trace(run.trace) else self._load_error(run)
+        return self._probes[key]
+
+    @staticmethod
+    def _load_error(run: Run) -> str | None:
+        """The loader's own message for a trace the probe doubts (it fails fast on those)."""
+        from analyzer.trace import TraceError, load_trace
+        try:
+            load_trace(run.trace)
+        except TraceError as exc:
+            return str(exc)
+        return None
+
+    def _cached_summary(self, run: Run) -> dict | None:
+        path = self._cached_report_path(run)
+        if path is None:
+            report = self._reports.get((run.run_id, run.stamp()))
+            return _summary_of(report) if report else None
+        key = (str(path), path.stat().st_mtime_ns)
+        if key not in self._summaries:
+            report = _read_json(path)
+            self._summaries[key] = _summary_of(report) if report else None
+        return self._summaries[key]
+
+    # ------------------------------------------------------------ reports
+
+    def _report_dirs(self, run: Run) -> list[Path]:
+        return [run.out_dir, self.cache_root / run.run_id]
+
+    def _cached_report_path(self, run: Run) -> Path | None:
+        """Our report.json for this trace, newer than the trace, in the run folder or the cache folder."""
+        trace_mtime = run.stamp()[0]
+        for folder in self._report_dirs(run):
+            path = folder / "report.json"
+            try:
+                if (path.is_file() and path.stat().st_mtime_ns >= trace_mtime and _inside(path, self.root)
+                        and _is_our_report(path)):
+                    return path
+            except OSError:
+                continue
+        return None
+
+    def cached_report(self, run: Run) -> dict | None:
+        key = (run.run_id, run.stamp())
+        with self._lock:
+            if key in self._reports:
+                self._reports.move_to_end(key)
+                return self._reports[key]
+        path = self._cached_report_path(run)
+        report = _read_json(path) if path else None
+        if report is not None:
+            self._remember(key, report)
+        return report
+
+    def report(self, run: Run) -> dict:
+        """The run's report, analyzing the trace on first use. Raises UsageError with the one-line reason."""
+        report = self.cached_report(run)
+        if report is not None:
+            return report
+        with self._run_lock(run.run_id):  # two tabs opening the same new run analyze it once
+            report = self.cached_report(run)
+            if report is None:
+                report = self._analyze(run)
+        return report
+
+    def _analyze(self, run: Run) -> dict:
+        # analyze_model rather than build_report: the same steps, but the loaded model stays for the timeline.
+        from analyzer.analysis import analyze_model
+        from analyzer.cli_analyze import render_all
+        from analyzer.trace import TraceError, load_trace
+        from dashboard.timeline import TimelineData
+        key = (run.run_id, run.stamp())
+        try:
+            meta = self.meta(run)
+            model = load_trace(run.trace)
+        except (UsageError, TraceError) as exc:
+            self._errors[key] = str(exc)
+            raise UsageError(str(exc)) from None
+        report = analyze_model(model, meta, run.trace)
+        texts = render_all(report)
+        if not self._persist(run, texts):
+            self._memory_texts[key] = {k: v for k, v in texts.items() if k != "report.json"}
+        self._remember(key, report)
+        self.timelines.put(key, TimelineData(model, meta, report))
+        return report
+
+    def _persist(self, run: Run, texts: dict[str, str]) -> bool:
+        from analyzer.report_files import write_reports
+        for folder in self._report_dirs(run):
+            try:
+                write_reports(folder, texts)
+                return True
+            except (OSError, UsageError):
+                continue
+        return False
+
+    def _remember(self, key: tuple, report: dict) -> None:
+        with self._lock:
+            self._reports[key] = report
+            self._reports.move_to_end(key)
+            while len(self._reports) > REPORT_CACHE_ENTRIES:
+                self._reports.popitem(last=False)
+
+    def report_text(self, run: Run, name: str) -> str:
+        """report.md or report.html, analyzing first when needed."""
+        self.report(run)
+        path = self._cached_report_path(run)
+        if path is not None and (path.parent / name).is_file():
+            return (path.parent / name).read_text(encoding="utf-8")
+        texts = self._memory_texts.get((run.run_id, run.stamp()))
+        if texts is None:  # analyzed by an earlier process into a folder we can no longer read: render again
+            from analyzer.cli_analyze import render_all
+            texts = render_all(self.report(run))
+        return texts[name]
+
+    # ------------------------------------------------------------ timeline
+
+    def timeline(self, run: Run):
+        """The run's TimelineData (trace model, GPU timeline and gap causes), from the LRU or loaded now."""
+        from analyzer.trace import TraceError, load_trace
+        from dashboard.timeline import TimelineData
+        key = (run.run_id, run.stamp())
+        data = self.timelines.get(key)
+        if data is not None:
+            return data
+        report = self.report(run)
+        with self._run_lock(run.run_id):
+            data = self.timelines.get(key)
+            if data is None:
+                try:
+                    model = load_trace(run.trace)
+                except TraceError as exc:
+                    raise UsageError(str(exc)) from None
+                data = TimelineData(model, self.meta(run), report)
+                self.timelines.put(key, data)
+        return data
+
+
+def _is_our_report(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return REPORT_SCHEMA_PREFIX in f.read(4096)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpu-idle-analyzer/report/"):
+        return None
+    return report
+
+
+def _summary_of(report: dict) -> dict:
+    findings = report.get("findings") or []
+    top = findings[0] if findings else None
+    return {"utilization": (report.get("summary") or {}).get("gpu_utilization"),
+            "top_finding": top["title"] if top else None, "top_severity": top["severity"] if top else None}

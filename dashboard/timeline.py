@@ -1,0 +1,350 @@
+"""The run page's timeline on the server: every lane of the trace kept whole in memory, and `view(lo, hi)`
+reducing it to what one zoom level shows.
+
+Lanes: GPU busy / idle by cause per device (the analyzer's GpuTimeline and gap causes), kernels / memcpy / memset
+per stream, CUDA runtime calls per CPU thread, and steps. A view holds, per lane, the share of each of BINS
+equal bins covered by each state (exact at any zoom: a bin narrower than an interval is all one state), plus the
+intervals themselves for hover when at most EXACT_LIMIT of them are visible; host sync and cudaMalloc/cudaFree
+calls as markers (the longest MARKER_LIMIT); the memory curves thinned to first/min/max/last sample per bin.
+
+Times are float64 ns relative to the report's GPU window start (`t0_ns`): exact to the ns for 100 days of trace.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import fields
+
+import numpy as np
+
+from analyzer import apis
+from analyzer.detectors.base import AnalysisContext
+from analyzer.frames import outermost_op, site_label
+from analyzer.gapcauses import CAUSES
+from analyzer.render.html import window_start_us
+from analyzer.render.units import fmt_pct, fmt_us
+from analyzer.timeline import activity_mask, merge_intervals
+from analyzer.trace import TraceModel
+
+BINS = 1200
+EXACT_LIMIT = 800
+MARKER_LIMIT = 400
+STREAM_LANES_PER_DEVICE = 4  # the busiest streams; the rest share one "other streams" lane
+CPU_LANES = 2  # the threads with the most runtime calls
+STEP_LINES_LIMIT = 40
+NAME_CHARS = 90
+
+DEVICE_STATES = ("busy", *(f"idle: {c}" for c in CAUSES))
+STREAM_STATES = ("kernel", "memcpy", "memset")
+CPU_STATES = ("launch call", "blocking sync call", "cudaMalloc/cudaFree", "other runtime call")
+STEP_STATES = ("step", "step ")  # alternate shades; the trailing space keeps the legend groups apart
+
+
+@dataclasses.dataclass
+class Lane:
+    key: str
+    label: str
+    kind: str  # device | stream | cpu | steps
+    states: tuple[str, ...]
+    starts: np.ndarray  # float64 ns since t0, sorted
+    ends: np.ndarray
+    state: np.ndarray  # int index into states
+    ref: np.ndarray  # gpu row (stream), runtime row (cpu; idle: the responsible call), step index, or -1
+
+    def __post_init__(self):
+        order = np.argsort(self.starts, kind="stable")
+        for f in ("starts", "ends", "state", "ref"):
+            setattr(self, f, getattr(self, f)[order])
+        self.reach = np.maximum.accumulate(self.ends) if len(self.ends) else self.ends
+        self.merged = []  # per state: disjoint (starts, ends, covered length before each)
+        for k in range(len(self.states)):
+            mask = self.state == k
+            s, e = merge_intervals(self.starts[mask], self.ends[mask])
+            self.merged.append((s, e, np.concatenate([[0.0], np.cumsum(e - s)[:-1]]) if len(s) else s))
+
+    def nbytes(self) -> int:
+        arrays = [self.starts, self.ends, self.state, self.ref, self.reach, *(a for m in self.merged for a in m)]
+        return sum(a.nbytes for a in arrays)
+
+    def visible(self, lo: float, hi: float) -> np.ndarray:
+        i0 = int(np.searchsorted(self.reach, lo, side="right"))
+        i1 = int(np.searchsorted(self.starts, hi, side="left"))
+        rows = np.arange(i0, max(i0, i1))
+        return rows[self.ends[rows] > lo]
+
+
+@dataclasses.dataclass
+class LaneView:
+    lane: Lane
+    edges: np.ndarray  # BINS + 1 bin edges, ns since t0
+    shares: np.ndarray  # (BINS, states) share of each bin covered by each state
+    counts: np.ndarray  # intervals starting in each bin
+    rows: np.ndarray | None  # visible intervals when few enough for one hover point each
+
+
+@dataclasses.dataclass
+class Markers:
+    starts: np.ndarray  # ns since t0
+    ends: np.ndarray
+    rows: np.ndarray  # runtime rows
+
+
+@dataclasses.dataclass
+class MemorySeries:
+    device: int
+    ts: np.ndarray  # ns since t0
+    allocated: np.ndarray  # bytes
+    reserved: np.ndarray
+
+
+@dataclasses.dataclass
+class TimelineView:
+    lo: float
+    hi: float
+    lanes: list[LaneView]
+    syncs: Markers
+    allocs: Markers
+    memory: list[MemorySeries]  # thinned to the window
+    step_edges: np.ndarray  # step boundaries to draw as lines (empty when too many are visible)
+
+
+def _covered_before(starts, ends, before, t):
+    """Covered length of disjoint sorted intervals up to each time t."""
+    if len(starts) == 0:
+        return np.zeros(len(t))
+    j = np.searchsorted(starts, t, side="right") - 1
+    jj = np.clip(j, 0, None)
+    partial = np.clip(t - starts[jj], 0, ends[jj] - starts[jj])
+    return np.where(j >= 0, before[jj] + partial, 0.0)
+
+
+def lane_view(lane: Lane, lo: float, hi: float, bins: int = BINS) -> LaneView:
+    edges = np.linspace(lo, hi, bins + 1)
+    width = (hi - lo) / bins
+    shares = np.zeros((bins, len(lane.states)), np.float32)
+    for k, (s, e, before) in enumerate(lane.merged):
+        if len(s):
+            shares[:, k] = np.diff(_covered_before(s, e, before, edges)) / width
+    counts = np.diff(np.searchsorted(lane.starts, edges))
+    rows = lane.visible(lo, hi)
+    return LaneView(lane, edges, shares, counts, rows if len(rows) <= EXACT_LIMIT else None)
+
+
+def thin_curve(ts: np.ndarray, values: np.ndarray, lo: float, hi: float, bins: int = BINS):
+    """Indices of the samples to draw for [lo, hi]: the one before the window, the ones in it (at most the first,
+    min, max and last of each bin), and the one after, so a step curve reads the same as the whole."""
+    i0 = max(int(np.searchsorted(ts, lo, side="left")) - 1, 0)
+    i1 = min(int(np.searchsorted(ts, hi, side="right")) + 1, len(ts))
+    idx = np.arange(i0, i1)
+    if len(idx) <= 4 * bins:
+        return idx
+    group = np.clip(((ts[idx] - lo) * (bins / (hi - lo))).astype(np.int64), -1, bins)
+    starts = np.flatnonzero(np.diff(group, prepend=group[0] - 1))
+    last = np.append(starts[1:], len(idx)) - 1
+    by_value = np.lexsort((values[idx], group))  # within each group, ascending value
+    group_of_sorted = group[by_value]
+    firsts = np.flatnonzero(np.diff(group_of_sorted, prepend=group_of_sorted[0] - 1))
+    lasts = np.append(firsts[1:], len(idx)) - 1
+    keep = np.unique(np.concatenate([starts, last, by_value[firsts], by_value[lasts]]))
+    return idx[keep]
+
+
+class TimelineData:
+    """One run's lanes, markers and memory curves, built once from the trace model and kept in the LRU."""
+
+    def __init__(self, model: TraceModel, meta, report: dict):
+        self.model = model
+        self.ctx = AnalysisContext(model, meta)
+        self.t0_us = window_start_us(report)
+        self.t0_ns = int(round(self.t0_us * 1000))
+        self._sites: dict[int, str] = {}
+        self._ops: dict[int, str] = {}
+        self.steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s.get("ts_us") is not None]
+        classes = apis.runtime_classes(model)
+        blocking = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
+        blocking[apis.blocking_copy_rows(model)] = True
+        self.gpu_lanes = [self._steps_lane(), *self._device_and_stream_lanes()]
+        self.cpu_lanes = self._cpu_lanes(classes, blocking)
+        rt = model.runtime
+        self.sync_rows = np.flatnonzero(blocking)
+        self.alloc_rows = np.flatnonzero(classes == apis.IS_ALLOC)
+        self._rt_starts = self._rel(rt.start_ns)
+        self._rt_ends = self._rel(rt.end_ns)
+        self.memory = self._memory()
+        self.reserved_peak_bytes = max([int((report.get("allocator") or {}).get("reserved_peak_bytes") or 0)]
+                                       + [int(m.reserved.max()) for m in self.memory if len(m.reserved)])
+        spans = [(lane.starts[0], lane.reach[-1]) for lane in self.lanes if len(lane.starts)]
+        spans += [(m.ts[0], m.ts[-1]) for m in self.memory if len(m.ts)]
+        self.extent = (min(s for s, _ in spans), max(e for _, e in spans)) if spans else (0.0, 1e6)
+
+    @property
+    def lanes(self) -> list[Lane]:
+        return self.gpu_lanes + self.cpu_lanes
+
+    def nbytes(self) -> int:
+        model_bytes = sum(getattr(getattr(self.model, f.name), c.name).nbytes
+                          for f in fields(self.model) if f.name in ("ops", "frames", "runtime", "gpu", "memory",
+                                                                    "overhead", "steps", "gpu_annotations")
+                          for c in fields(getattr(self.model, f.name)))
+        own = sum(lane.nbytes() for lane in self.lanes) + sum(
+            m.ts.nbytes * 3 for m in self.memory) + self._rt_starts.nbytes * 2
+        return model_bytes + own
+
+    def _rel(self, ns: np.ndarray) -> np.ndarray:
+        return (np.asarray(ns, np.int64) - self.t0_ns).astype(np.float64)
+
+    # ------------------------------------------------------------ lanes
+
+    def _steps_lane(self) -> Lane:
+        ts = np.array([s["ts_us"] for s in self.steps], np.float64)
+        wall = np.array([s["wall_us"] for s in self.steps], np.float64)
+        starts = (ts - self.t0_us) * 1e3
+        n = len(self.steps)
+        return Lane("steps", "steps", "steps", STEP_STATES, starts, starts + wall * 1e3,
+                    np.arange(n) % 2, np.arange(n))
+
+    def _device_and_stream_lanes(self) -> list[Lane]:
+        model, gpu = self.model, self.model.gpu
+        lanes = []
+        active = activity_mask(model)
+        for dev, (cause, responsible) in zip(self.ctx.timeline.devices, self.ctx.gap_causes):
+            nb = len(dev.busy_starts)
+            lanes.append(Lane(
+                f"gpu{dev.device}", f"GPU {dev.device}", "device", DEVICE_STATES,
+                self._rel(np.concatenate([dev.busy_starts, dev.idle_starts])),
+                self._rel(np.concatenate([dev.busy_ends, dev.idle_ends])),
+                np.concatenate([np.zeros(nb, np.int64), 1 + np.asarray(cause, np.int64)]),
+                np.concatenate([np.full(nb, -1, np.int64), np.asarray(responsible, np.int64)])))
+            rows = np.flatnonzero(active & (gpu.device == dev.device))
+            streams, inverse = np.unique(gpu.stream[rows], return_inverse=True)
+            busy = np.bincount(inverse, weights=(gpu.end_ns[rows] - gpu.start_ns[rows]).astype(np.float64))
+            ranked = streams[np.argsort(-busy, kind="stable")]
+            own = ranked[:STREAM_LANES_PER_DEVICE]
+            groups = [(f"GPU {dev.device} · stream {s}", rows[gpu.stream[rows] == s]) for s in sorted(own)]
+            if len(ranked) > len(own):
+                groups.append((f"GPU {dev.device} · {len(ranked) - len(own)} other streams",
+                               rows[~np.isin(gpu.stream[rows], own)]))
+            for label, sel in groups:
+                kind = np.asarray(gpu.kind[sel], np.int64)
+                lanes.append(Lane(f"{label}", label, "stream", STREAM_STATES, self._rel(gpu.start_ns[sel]),
+                                  self._rel(gpu.end_ns[sel]), kind, sel.astype(np.int64)))
+        return lanes
+
+    def _cpu_lanes(self, classes: np.ndarray, blocking: np.ndarray) -> list[Lane]:
+        rt = self.model.runtime
+        if not len(rt):
+            return []
+        state = np.full(len(rt), 3, np.int64)
+        state[classes == apis.IS_LAUNCH] = 0
+        state[classes == apis.IS_ALLOC] = 2
+        state[blocking] = 1
+        tids, counts = np.unique(rt.tid, return_counts=True)
+        lanes = []
+        for tid in tids[np.argsort(-counts, kind="stable")][:CPU_LANES].tolist():
+            rows = np.flatnonzero(rt.tid == tid)
+            rows = rows[np.argsort(rt.start_ns[rows], kind="stable")]
+            # a driver call inside the runtime call that made it (cuLaunchKernel in cudaLaunchKernel) is one call
+            ends = rt.end_ns[rows]
+            reach_before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+            rows = rows[rt.start_ns[rows] >= reach_before]
+            name = self.model.synthetic_ids.get(tid, str(tid))
+            lanes.append(Lane(f"cpu{tid}", f"CPU thread {name}", "cpu", CPU_STATES, self._rel(rt.start_ns[rows]),
+                              self._rel(rt.end_ns[rows]), state[rows], rows.astype(np.int64)))
+        return lanes
+
+    def _memory(self) -> list[MemorySeries]:
+        mem = self.model.memory
+        out = []
+        cuda = mem.device_type == 1
+        for dev in np.unique(mem.device_id[cuda]).tolist():
+            rows = np.flatnonzero(cuda & (mem.device_id == dev))
+            rows = rows[np.argsort(mem.ts_ns[rows], kind="stable")]
+            out.append(MemorySeries(int(dev), self._rel(mem.ts_ns[rows]), np.asarray(mem.total_allocated[rows]),
+                                    np.asarray(mem.total_reserved[rows])))
+        return out
+
+    # ------------------------------------------------------------ views
+
+    def full_range(self) -> tuple[float, float]:
+        lo, hi = self.extent
+        pad = max((hi - lo) * 0.01, 1e3)
+        return lo - pad, hi + pad
+
+    def view(self, lo: float, hi: float, bins: int = BINS) -> TimelineView:
+        hi = max(hi, lo + 10.0)  # 10 ns: a narrower window has nothing more to show
+        lanes = [lane_view(lane, lo, hi, bins) for lane in self.lanes]
+        memory = []
+        for m in self.memory:
+            keep = np.union1d(thin_curve(m.ts, m.reserved, lo, hi, bins), thin_curve(m.ts, m.allocated, lo, hi, bins))
+            memory.append(MemorySeries(m.device, m.ts[keep], m.allocated[keep], m.reserved[keep]))
+        steps = self.gpu_lanes[0]
+        shown = steps.visible(lo, hi)
+        edges = np.unique(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
+            if 0 < len(shown) <= STEP_LINES_LIMIT else np.zeros(0)
+        return TimelineView(lo, hi, lanes, self._markers(self.sync_rows, lo, hi),
+                            self._markers(self.alloc_rows, lo, hi), memory, edges)
+
+    def _markers(self, rows: np.ndarray, lo: float, hi: float) -> Markers:
+        s, e = self._rt_starts[rows], self._rt_ends[rows]
+        inside = (e >= lo) & (s <= hi)
+        rows, s, e = rows[inside], s[inside], e[inside]
+        if len(rows) > MARKER_LIMIT:
+            keep = np.sort(np.argsort(-(e - s), kind="stable")[:MARKER_LIMIT])
+            rows, s, e = rows[keep], s[keep], e[keep]
+        return Markers(s, e, rows)
+
+    # ------------------------------------------------------------ hover text (HTML-escaped)
+
+    def site(self, runtime_row: int) -> str:
+        if runtime_row not in self._sites:
+            self._sites[runtime_row] = site_label(self.model, self.ctx.frames, runtime_row)
+        return self._sites[runtime_row]
+
+    def op(self, runtime_row: int) -> str | None:
+        if runtime_row < 0:
+            return None
+        if runtime_row not in self._ops:
+            op = int(self.model.runtime.op[runtime_row])
+            top = outermost_op(self.model, op) if op >= 0 else -1
+            self._ops[runtime_row] = self.model.names[self.model.ops.name[top]] if top >= 0 else None
+        return self._ops[runtime_row]
+
+    def name(self, code: int) -> str:
+        name = self.model.names[code]
+        return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+    def hover_key(self, lane: Lane, i: int) -> str:
+        """Hover text of interval i of a lane, without its duration (intervals sharing it share one hover
+        trace, so each text is sent once)."""
+        state, ref = lane.states[lane.state[i]], int(lane.ref[i])
+        esc = html.escape
+        if lane.kind == "device":
+            lines = [f"<b>{esc(lane.label)} {esc(state)}</b>"]
+            if ref >= 0:
+                op = self.op(ref)
+                call = esc(self.model.names[self.model.runtime.name[ref]])
+                lines += [f"call {call}" + (f" in {esc(op)}" if op else ""), f"call site {esc(self.site(ref))}"]
+            return "<br>".join(lines)
+        if lane.kind == "stream":
+            launch = int(self.model.gpu.launch[ref])
+            lines = [f"<b>{esc(state)}</b> {esc(self.name(int(self.model.gpu.name[ref])))}"]
+            if launch >= 0:
+                lines.append(f"launched from {esc(self.site(launch))}")
+            return "<br>".join(lines)
+        if lane.kind == "cpu":
+            op = self.op(ref)
+            return "<br>".join([f"<b>{esc(self.name(int(self.model.runtime.name[ref])))}</b>",
+                                f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(ref))}"])
+        step = self.steps[ref]
+        causes = step.get("idle_by_cause_us") or {}
+        idle = ", ".join(f"{c} {fmt_us(v)}" for c, v in causes.items() if v)
+        return (f"<b>{esc(step['step'])}</b><br>GPU busy {fmt_us(step.get('busy_us'))}"
+                f" ({fmt_pct(step.get('gpu_utilization'))})" + (f"<br>idle: {idle}" if idle else ""))
+
+    def describe_call(self, row: int) -> str:
+        """Hover text for a runtime call marker (host sync, cudaMalloc/cudaFree)."""
+        rt, esc = self.model.runtime, html.escape
+        op = self.op(row)
+        return "<br>".join([
+            f"<b>{esc(self.name(int(rt.name[row])))}</b> {fmt_us((rt.end_ns[row] - rt.start_ns[row]) / 1e3)}",
+            f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(row))}"])

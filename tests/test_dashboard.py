@@ -1,0 +1,337 @@
+"""The dashboard over copies of the committed H200 runs plus a corrupt one, in headless Chromium (no mocks): the run
+list and its error card, a run's findings, finding -> timeline zoom, memory_reserved peak, refine on zoom, the diff
+page, downloads, and path tricks refused on every route."""
+from __future__ import annotations
+
+import base64
+import http.client
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from analyzer.cli_analyze import build_report
+from analyzer.diff import compare
+from analyzer.inputs import resolve_inputs
+from analyzer.render.html import mem_unit, window_start_us
+from dashboard.app import create_app, exposure_warning, main
+from dashboard.runs import CACHE_DIR_NAME, RunStore
+from dashboard.timeline import BINS, EXACT_LIMIT, MARKER_LIMIT
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = REPO / "tests" / "fixtures" / "h200"
+ARTIFACTS = REPO / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+RUNS = ("item_sync", "decode", "alloc_churn")
+SECRET = "TOP-SECRET-OUTSIDE-THE-TRACES-FOLDER"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - CI installs it
+    sync_playwright = None
+needs_browser = pytest.mark.skipif(sync_playwright is None or not CHROMIUM.exists(),
+                                   reason="needs playwright and /usr/bin/chromium")
+
+
+def copy_run(name: str, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for f in ("rank0.trace.json.gz", "meta.json"):
+        shutil.copy(FIX / name / f, dest / f)
+    return dest
+
+
+def report_of(name: str) -> dict:
+    return build_report(resolve_inputs(FIX / name)[0])
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """DIR/runs with three real runs, a truncated gzip trace, and a symlink to a run outside DIR; a secret beside."""
+    root = tmp_path_factory.mktemp("dash")
+    runs = root / "runs"
+    for name in RUNS:
+        copy_run(name, runs / name)
+    broken = runs / "broken"
+    broken.mkdir()
+    data = (FIX / "decode" / "rank0.trace.json.gz").read_bytes()
+    (broken / "rank0.trace.json.gz").write_bytes(data[: len(data) // 3])
+    copy_run("prefill", root / "outside")
+    (root / "outside" / "secret.txt").write_text(SECRET)
+    (root / "secret.txt").write_text(SECRET)
+    (runs / "outside").symlink_to(root / "outside", target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def base_url(workdir):
+    from werkzeug.serving import make_server
+    app = create_app(workdir / "runs")
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.port}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))
+    yield pg
+    context.close()
+
+
+def screenshot(page, name: str) -> None:
+    """Save a full-page PNG and check it has content: decoded in the browser, many colours, little white."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    png = page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    colours, non_white = page.evaluate("""async (b64) => {
+        const img = new Image(); img.src = 'data:image/png;base64,' + b64; await img.decode();
+        const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+        const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+        const d = g.getImageData(0, 0, c.width, c.height).data; const seen = new Set(); let ink = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            seen.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+            if (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240) ink++;
+        }
+        return [seen.size, ink / (d.length / 4)];
+    }""", base64.b64encode(png).decode())
+    assert colours > 60 and non_white > 0.03, (name, colours, non_white)
+
+
+def graph_js(expr: str) -> str:
+    return f"() => {{ const gd = document.querySelector('#timeline .js-plotly-plot'); return {expr}; }}"
+
+
+def open_run(page, base_url: str, run_id: str) -> None:
+    """Open a run page and wait until the timeline is drawn and plotly's first autosize relayout happened (the
+    app keeps it from the server, so that a zoom made before it is not lost)."""
+    page.goto(f"{base_url}/run/{run_id}")
+    page.wait_for_function(graph_js("gd && gd._fullData && gd._fullData.length > 10 && gd._fullLayout"),
+                           timeout=60_000)
+    page.wait_for_load_state("networkidle")
+
+
+# ---------------------------------------------------------------------- browser
+
+@needs_browser
+def test_run_list_shows_runs_newest_first_and_the_corrupt_one_as_an_error_card(page, base_url):
+    page.goto(base_url + "/")
+    page.wait_for_selector("table.runs")
+    rows = page.locator("tr.run-row")
+    ids = [rows.nth(i).get_attribute("data-run") for i in range(rows.count())]
+    assert sorted(ids) == sorted([*RUNS, "broken"])  # the symlink leading outside DIR is not a run
+    card = page.locator("tr.run-row[data-run=broken] .error-card")
+    assert "corrupt or truncated gzip data" in card.inner_text()
+    assert "\n" not in card.locator(".error-message").inner_text()
+    for name in RUNS:
+        row = page.locator(f"tr.run-row[data-run={name}]")
+        assert row.get_attribute("data-status") in ("not analyzed", "analyzed")
+        assert "NVIDIA H200" in row.inner_text()
+    dated = [i for i in ids if i != "broken"]  # newest first by meta.json's created_utc
+    created = {n: report_of_meta(n) for n in dated}
+    assert dated == sorted(dated, key=lambda n: created[n], reverse=True)
+    screenshot(page, "run-list")
+    page.locator("tr.run-row[data-run=broken] a").click()  # its page says why, in one line
+    assert "corrupt or truncated gzip data" in page.locator(".error-card").inner_text(timeout=20_000)
+    assert not page.errors
+
+
+def report_of_meta(name: str) -> str:
+    import json
+    return json.loads((FIX / name / "meta.json").read_text())["created_utc"]
+
+
+@needs_browser
+def test_run_page_findings_memory_and_zoom_to_a_finding(page, base_url):
+    expected = report_of("item_sync")
+    responses: list[int] = []
+    page.on("response", lambda r: responses.append(len(r.body())) if "_dash-" in r.url and r.status == 200
+            and "component-suites" not in r.url else None)
+    open_run(page, base_url, "item_sync")
+    assert sum(responses) < 1_000_000, responses  # the data of the page load (JS bundles aside)
+    first = page.locator("tr.finding-row").first
+    assert expected["findings"][0]["title"] in first.inner_text()
+    assert expected["findings"][0]["severity"] in first.inner_text()
+
+    unit, div = mem_unit(expected["allocator"]["reserved_peak_bytes"])
+    reserved = page.evaluate(graph_js(
+        "gd._fullData.filter(t => t.meta && t.meta.kind === 'memory_reserved').map(t => Array.from(t.y))"))
+    assert reserved and max(max(y) for y in reserved) == pytest.approx(
+        expected["allocator"]["reserved_peak_bytes"] / div, rel=1e-6)
+    titles = page.evaluate(graph_js("[gd._fullLayout.yaxis3.title.text, gd._fullLayout.xaxis3.title.text]"))
+    assert titles == [f"memory ({unit})", "time since GPU window start (ms)"]
+
+    before = page.evaluate(graph_js("gd.layout.xaxis.range.slice()"))
+    sync = next(f for f in expected["findings"] if f["kind"] == "sync" and ".item()" in f["title"])
+    t0 = window_start_us(expected)
+    s, e = ((x - t0) / 1e3 for x in sync["occurrences_us"][0])
+    page.locator("tr.finding-row", has_text=".item()").click()
+    page.wait_for_function(
+        f"""() => {{ const gd = document.querySelector('#timeline .js-plotly-plot');
+                     const r = gd.layout.xaxis.range, f = gd._fullLayout.xaxis.range;
+                     return r[0] !== {before[0]} && r[0] <= {s} && {e} <= r[1] && f[0] <= {s} && {e} <= f[1]; }}""",
+        timeout=20_000)
+    detail = page.locator("#finding-detail").inner_text()
+    assert sync["call_site"] in detail and sync["advice"][:40] in detail
+    assert sync["detail"]["context"][1] in detail  # the Python frame chain
+    screenshot(page, "run-item_sync")
+
+    # a zoom refines on the server: a narrow window gets one hover point per interval (exact mode)
+    page.evaluate(graph_js(f"Plotly.relayout(gd, {{'xaxis.range': [{s - 0.3}, {e + 0.3}]}})"))
+    page.wait_for_function(graph_js(
+        f"gd.layout.meta && Math.abs(gd.layout.meta.window_ms[0] - {s - 0.3}) < 1e-6 && "
+        "gd._fullData.some(t => t.meta && t.meta.kind === 'hover' && t.meta.lane === 'gpu0' "
+        "&& (t.hovertemplate || '').includes('µs at'))"), timeout=20_000)
+
+    # clicking a step's bar zooms the timeline to that step
+    step = expected["gaps"]["per_step"][2]
+    s, e = (step["ts_us"] - t0) / 1e3, (step["ts_us"] + step["wall_us"] - t0) / 1e3
+    bar = page.locator("#steps-graph .trace.bars .point path").nth(2)
+    bar.scroll_into_view_if_needed()
+    bar = bar.bounding_box()  # clicked by position: plotly's drag layer lies over the bars
+    page.mouse.click(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
+    page.wait_for_function(graph_js(f"gd.layout.xaxis.range[0] <= {s} && {e} <= gd.layout.xaxis.range[1] && "
+                                    f"gd.layout.xaxis.range[1] - gd.layout.xaxis.range[0] < 1.2 * {e - s}"),
+                           timeout=20_000)
+    assert not page.errors
+
+
+@needs_browser
+def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
+    d = compare("item_sync", report_of("item_sync"), "decode", report_of("decode"))
+    fixed = [f["title_before"] for f in d["findings"] if f["status"] == "fixed"]
+    assert any(".item()" in t for t in fixed)
+    page.goto(f"{base_url}/diff?before=item_sync&after=decode")
+    page.wait_for_selector("tr.diff-finding", timeout=60_000)
+    shown = page.locator("tr.diff-finding[data-status=fixed]").all_inner_texts()
+    assert sorted(t.split("\t")[1].strip() for t in shown) == sorted(fixed)
+    summary = page.locator(".diff-summary").inner_text()
+    assert "GPU utilization" in summary and "step time p50, unprofiled" in summary
+    screenshot(page, "diff-item_sync-decode")
+    assert not page.errors
+
+
+@needs_browser
+def test_two_tabs_zoom_independently(browser, base_url):
+    tabs = []
+    for run_id in ("item_sync", "decode"):
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        tab = context.new_page()
+        open_run(tab, base_url, run_id)
+        tabs.append((context, tab, tab.evaluate(graph_js("gd.layout.meta.window_ms.slice()"))))
+    (_, a, a_full), (_, b, b_full) = tabs
+    a.evaluate(graph_js("Plotly.relayout(gd, {'xaxis.range': [2, 3]})"))
+    a.wait_for_function(graph_js("gd.layout.meta.window_ms[0] === 2 && gd.layout.meta.window_ms[1] === 3"))
+    b.evaluate(graph_js("Plotly.relayout(gd, {'xaxis.range': [5, 9]})"))
+    b.wait_for_function(graph_js("gd.layout.meta.window_ms[0] === 5 && gd.layout.meta.window_ms[1] === 9"))
+    assert a.evaluate(graph_js("gd.layout.meta.window_ms")) == [2, 3]
+    assert a_full != b_full  # each tab shows its own run
+    for context, _, _ in tabs:
+        context.close()
+
+
+# ---------------------------------------------------------------------- HTTP
+
+def get(base_url: str, raw_path: str) -> tuple[int, bytes]:
+    """A GET with the path sent byte for byte (no client-side normalisation of .. or %2F)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("GET", raw_path, skip_accept_encoding=True)
+    conn.endheaders()
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, body
+
+
+def test_downloads_by_run_id(base_url):
+    status, md = get(base_url, "/download/item_sync/report.md")
+    assert status == 200 and md.startswith(b"<!-- gpu-idle-analyzer report -->")
+    status, page = get(base_url, "/download/item_sync/report.html")
+    assert status == 200 and b"gpu-idle-analyzer" in page[:2000]
+    status, trace = get(base_url, "/download/item_sync/trace")
+    assert status == 200 and trace == (FIX / "item_sync" / "rank0.trace.json.gz").read_bytes()
+    assert get(base_url, "/download/item_sync/meta.json")[0] == 404
+    assert get(base_url, "/download/no-such-run/trace")[0] == 404
+
+
+@pytest.mark.parametrize("path", [
+    "/download/..%2F..%2Fetc%2Fpasswd",
+    "/download/..%2F..%2Fetc%2Fpasswd/trace",
+    "/download/%2e%2e/%2e%2e/etc/passwd",
+    "/download/%252e%252e%252f%252e%252e%252fsecret.txt/trace",
+    "/download/../../etc/passwd",
+    "/download/../secret.txt",
+    "/download//etc/passwd",
+    "/download/%2Fetc%2Fpasswd/trace",
+    "/download/item_sync/..%2F..%2F..%2Fsecret.txt",
+    "/download/item_sync/../../secret.txt",
+    "/download/..\\..\\secret.txt",
+    "/download/outside/trace",  # a symlink leading outside DIR
+    "/download/outside/secret.txt",
+    "/run/..%2F..%2Fsecret.txt",
+    "/run/../../etc/passwd",
+    "/diff/..%2F..%2Fetc%2Fpasswd",
+    "/assets/..%2F..%2Fapp.py",
+    "/assets/../../../secret.txt",
+    "/_dash-component-suites/dash/..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+    "/_dash-component-suites/dash/../../../../etc/passwd",
+])
+def test_path_tricks_are_refused(base_url, path):
+    status, body = get(base_url, path)
+    assert status in (403, 404), (path, status)
+    assert SECRET.encode() not in body and b"root:x:0:0" not in body and b"def create_app" not in body
+
+
+def test_exposure_warning_for_non_local_hosts(tmp_path):
+    assert "readable by anyone" in exposure_warning("0.0.0.0", tmp_path)
+    assert "readable by anyone" in exposure_warning("192.168.1.20", tmp_path)
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert exposure_warning(host, tmp_path) is None
+    assert main(["--traces", str(tmp_path / "missing")]) == 2
+
+
+# ---------------------------------------------------------------------- server side
+
+def test_report_cached_beside_foreign_files_and_reused(tmp_path):
+    run = copy_run("alloc_churn", tmp_path / "runs" / "alloc_churn")
+    (run / "report.json").write_text('{"mine": true}')  # not ours: never overwritten
+    store = RunStore(tmp_path / "runs")
+    assert store.row(store.find("alloc_churn")).status == "not analyzed"
+    report = store.report(store.find("alloc_churn"))
+    assert (run / "report.json").read_text() == '{"mine": true}'
+    assert (tmp_path / "runs" / CACHE_DIR_NAME / "alloc_churn" / "report.md").is_file()
+    fresh = RunStore(tmp_path / "runs")  # a new server process reads the cached report
+    row = fresh.row(fresh.find("alloc_churn"))
+    assert row.status == "analyzed" and row.top_finding == report["findings"][0]["title"]
+
+
+def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
+    from analyzer.runmeta import read_meta
+    from analyzer.trace import load_trace
+    from dashboard.timeline import TimelineData
+    report = report_of("decode")
+    data = TimelineData(load_trace(FIX / "decode" / "rank0.trace.json.gz"), read_meta(FIX / "decode" / "meta.json"),
+                        report)
+    lo, hi = data.full_range()
+    view = data.view(lo, hi)
+    gpu0 = next(lv for lv in view.lanes if lv.lane.key == "gpu0")
+    width_us = (hi - lo) / BINS / 1e3
+    assert gpu0.shares[:, 1:].sum() * width_us == pytest.approx(report["summary"]["gpu_idle_us"], rel=1e-3)
+    assert gpu0.shares[:, 0].sum() * width_us == pytest.approx(report["summary"]["gpu_busy_us"], rel=1e-3)
+    for lv in view.lanes:
+        assert lv.shares.shape[0] == BINS and (lv.rows is None or len(lv.rows) <= EXACT_LIMIT)
+    assert len(view.syncs.rows) <= MARKER_LIMIT and all(len(m.ts) <= 4 * BINS + 2 for m in view.memory)
