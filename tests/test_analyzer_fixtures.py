@@ -39,6 +39,8 @@ def test_utilization_matches_an_independent_union(reports, name):
     assert summary["gpu_busy_us"] + summary["gpu_idle_us"] == pytest.approx(summary["window_us"], abs=0.01)
     by_cause = reports[name]["gaps"]["by_cause"]
     assert sum(by_cause.values()) == pytest.approx(summary["gpu_idle_us"], abs=0.01)
+    # the GPU drain of every sync site adds up to the idle time classified as `sync`
+    assert sum(s["drain_us"] for s in reports[name]["syncs"]) == pytest.approx(by_cause["sync"], abs=0.01)
 
 
 @pytest.mark.parametrize("name", NAMES)

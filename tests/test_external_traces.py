@@ -38,6 +38,7 @@ def test_numbers_agree_with_raw_events(path):
     # every synchronize is one block; pageable copies followed by their own stream sync count once
     assert report["sync_totals"]["total_blocking_calls"] == blocking
     assert sum(report["gaps"]["by_cause"].values()) == pytest.approx(summary["gpu_idle_us"], rel=1e-6)
+    assert sum(s["drain_us"] for s in report["syncs"]) == pytest.approx(report["gaps"]["by_cause"]["sync"], abs=0.01)
 
 
 def test_cpu_only_trace_is_a_clean_report():

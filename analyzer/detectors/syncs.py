@@ -9,10 +9,10 @@ import numpy as np
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
 from analyzer.frames import op_chain, outermost_op, parse_frame, site_label
+from analyzer.gapcauses import SYNC
 from analyzer.steps import step_ranges
 from analyzer.trace import GpuKind
 
-DRAIN_TOLERANCE_NS = 2_000
 _MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",
              "aten::unique_consecutive", "aten::repeat_interleave", "aten::masked_scatter", "aten::is_nonzero",
              "aten::argwhere", "aten::bincount", "aten::histc"}
@@ -133,11 +133,21 @@ def _meta_lines(ctx: AnalysisContext, frame_name: str | None) -> list[dict]:
     return out
 
 
+def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
+    """The idle intervals that gap classification blamed on each blocking runtime row (cause `sync`), so the
+    drain per call site adds up to `gaps.by_cause.sync` exactly."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
+        for i in np.flatnonzero(cause == SYNC).tolist():
+            out[int(responsible[i])].append((int(dev.idle_starts[i]), int(dev.idle_ends[i])))
+    return out
+
+
 def detect(ctx: AnalysisContext) -> DetectorResult:
     model, timeline = ctx.model, ctx.timeline
     rt = model.runtime
     steps = step_ranges(model)
-    claimed: set[tuple[int, int]] = set()
+    drained = _drains_by_row(ctx)
     sites: dict[tuple, dict] = {}
     copies_by_op = _copies_by_op(ctx)
     for group in _blocking_events(ctx):
@@ -149,14 +159,10 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         op = int(rt.op[last])
         op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
         wait = int(sum(rt.end_ns[r] - rt.start_ns[r] for r in group))
-        drain, drain_span = 0, None
         end = int(rt.end_ns[last])
-        for dev in timeline.devices:
-            i = dev.idle_containing(end, DRAIN_TOLERANCE_NS)
-            if i >= 0 and (dev.device, i) not in claimed and dev.idle_starts[i] <= end + DRAIN_TOLERANCE_NS:
-                claimed.add((dev.device, i))
-                drain += int(dev.idle_ends[i] - dev.idle_starts[i])
-                drain_span = (us(dev.idle_starts[i]), us(dev.idle_ends[i]))
+        spans = [span for r in group for span in drained.get(r, ())]
+        drain = sum(e - s for s, e in spans)
+        drain_span = (us(spans[0][0]), us(spans[0][1])) if spans else None
         api = model.names[rt.name[last]]
         key = (frame_name, kind, api)
         entry = sites.get(key)
