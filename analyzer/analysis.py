@@ -86,7 +86,8 @@ def _run_info(meta: RunMeta | None) -> dict | None:
 
 def _trace_info(model: TraceModel) -> dict:
     gpu = model.gpu
-    props = model.metadata.get("deviceProperties") or []
+    props = model.metadata.get("deviceProperties")
+    props = props if isinstance(props, list) else []  # odd top-level values read as absent
     return {
         "events": {"ops": len(model.ops), "python_frames": len(model.frames), "runtime_calls": len(model.runtime),
                    "kernels": int((gpu.kind == GpuKind.KERNEL).sum()), "memcpy": int((gpu.kind == GpuKind.MEMCPY).sum()),

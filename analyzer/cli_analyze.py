@@ -10,6 +10,7 @@ TOP_PRINTED = 5
 
 
 def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -> dict:
+    import numpy as np
     from analyzer.analysis import analyze_model
     from analyzer.runmeta import read_meta
     from analyzer.trace import TraceError, load_trace
@@ -18,7 +19,8 @@ def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -
         model = load_trace(item.trace, cache=cache)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    report = analyze_model(model, meta, item.trace)
+    with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
+        report = analyze_model(model, meta, item.trace)
     if with_hta:
         from analyzer.hta_compare import run_hta
         report["hta"] = run_hta(item.trace, report)
@@ -52,14 +54,47 @@ def print_summary(report: dict, written: list[Path]) -> None:
     print("reports: " + ", ".join(str(p) for p in written))
 
 
+_SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur", "missing or invalid Bytes")
+
+
+def warning_line(report: dict) -> str | None:
+    """`warning: <trace>: skipped 12 ops rows with missing or invalid ts; ...` from report.json's trace.warnings."""
+    warnings = report["trace"].get("warnings") or {}
+    if not warnings:
+        return None
+    parts = []
+    for reason, count in warnings.items():
+        table, sep, what = reason.partition(": ")
+        parts.append(f"skipped {count} {table} rows with {what}" if sep and what in _SKIP_REASONS
+                     else f"{reason} ({count})")
+    return f"warning: {report['source']['trace']}: " + "; ".join(parts)
+
+
+def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
+    """Check every output folder before writing any, so one foreign report.* leaves none of ours behind."""
+    from analyzer.report_files import REPORT_FILES, _is_ours
+    for out_dir in out_dirs:
+        for name in REPORT_FILES:
+            target = out_dir / name
+            if target.exists() and not _is_ours(target):
+                raise UsageError(f"{target}: exists and was not written by gpu-idle-analyzer; not overwriting "
+                                 f"(choose another --out)")
+
+
 def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False, cache: bool = True) -> int:
+    import sys
     from analyzer.inputs import latest_run
     from analyzer.report_files import write_reports
     items = resolve_inputs(latest_run(path) if latest else path, out)
-    for n, item in enumerate(items):
+    # every trace is loaded, analyzed and rendered before anything is written: a bad rank leaves no reports
+    done = [(item, report, render_all(report)) for item in items
+            for report in (build_report(item, with_hta, cache),)]
+    _refuse_foreign_reports([item.out_dir for item in items])
+    for n, (item, report, contents) in enumerate(done):
         if n:
             print()
-        report = build_report(item, with_hta, cache)
-        written = write_reports(item.out_dir, render_all(report))
+        if warning := warning_line(report):
+            print(warning, file=sys.stderr)
+        written = write_reports(item.out_dir, contents)
         print_summary(report, written)
     return 0

@@ -53,11 +53,14 @@ def classify_gaps(model: TraceModel, device_timeline: DeviceTimeline):
     launch_row = model.gpu.launch[device_timeline.idle_next_gpu] if len(a) else np.zeros(0, np.int64)
     safe = np.clip(launch_row, 0, None)
     graph_codes = [c for c, n in enumerate(model.names) if n in apis.GRAPH_LAUNCH]
-    is_graph = np.isin(rt.name[safe], graph_codes) if len(rt) else np.zeros(len(a), bool)
-    # A kernel launch still in progress when the GPU ran dry is launch overhead. A graph launch returns while its
-    # kernels run, so gaps between a graph's own kernels are GPU-side unless the launch began after the gap.
-    late_launch = (launch_row >= 0) & np.where(is_graph, rt.start_ns[safe] >= a - SYNC_TOLERANCE_NS,
-                                               rt.end_ns[safe] > a)
+    if len(rt):
+        is_graph = np.isin(rt.name[safe], graph_codes)
+        # A kernel launch still in progress when the GPU ran dry is launch overhead. A graph launch returns while
+        # its kernels run, so gaps between a graph's own kernels are GPU-side unless the launch began after the gap.
+        late_launch = (launch_row >= 0) & np.where(is_graph, rt.start_ns[safe] >= a - SYNC_TOLERANCE_NS,
+                                                   rt.end_ns[safe] > a)
+    else:  # GPU rows without any runtime call (kernels only): nothing on the CPU launched them
+        late_launch = np.zeros(len(a), bool)
     cause = np.full(len(a), OTHER, np.int8)
     cause[late_launch] = CPU_LAUNCH
     cause[alloc_row >= 0] = ALLOCATOR

@@ -111,7 +111,7 @@ def _frames_during(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> 
     """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
     from analyzer.trace.joins import Intervals, thread_keys
     model, frames, rt = ctx.model, ctx.model.frames, ctx.model.runtime
-    if not len(frames) or not len(rows):
+    if not len(frames) or not len(rows) or not len(rt):  # no runtime rows: every row is -1
         return np.full(len(rows), -1, np.int64)
     safe = np.clip(rows, 0, None)
     frame_keys, query_keys = thread_keys([frames.pid, rt.pid[safe]], [frames.tid, rt.tid[safe]])

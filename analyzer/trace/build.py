@@ -16,7 +16,7 @@ from . import joins
 from .columns import StringTable, ThreadIds, exact_ns, int_columns, ints, lost_precision, microseconds, to_ns
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
-from .parse import MISSING, NO_VALUE, decode, decode_exact_ts, trace_text
+from .parse import MISSING, NO_VALUE, decode_exact_ts, decode_trace, trace_text
 
 MODELLED_CATEGORIES = (
     "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
@@ -53,10 +53,11 @@ def load_trace(path: str | PathLike, *, cache: bool = False) -> TraceModel:
 
 def parse_trace(path: Path) -> TraceModel:
     with trace_text(path) as text:
-        events, metadata, lenient = decode(text, path)
+        events, metadata, lenient, text, notes = decode_trace(text, path)
         if not events:
             raise TraceError(f"{path}: trace has no events")
         builder = _Builder(events, lenient)
+        builder.warnings.update(notes)
         del events
         if builder.lost_precision:
             builder.use_exact_ts(decode_exact_ts(text))
@@ -101,8 +102,8 @@ class _Builder:
         self.lost_precision = lost_precision(start_us) or lost_precision(memory_us)
         self.start, self.has_start = to_ns(start_us)
         self.memory_ts, self.memory_has_ts = to_ns(memory_us)
-        self.duration, self.has_duration = to_ns(microseconds(self.slices, attrgetter("dur"), lenient=lenient))
-        self.end = self.start + self.duration
+        self.duration, self.dur_valid = to_ns(microseconds(self.slices, attrgetter("dur"), lenient=lenient))
+        self._set_end()
         self.pid, self.tid, self.external_id, self.correlation, self.cbid, self.bytes = self._ints(
             self.slices, _SHARED_INT_FIELDS
         )
@@ -112,7 +113,13 @@ class _Builder:
         """Replace ts read through doubles by ts decoded exactly (epoch-based µs with ns digits)."""
         self.start, self.has_start = exact_ns([ts[i] for i in self.slice_rows.tolist()])
         self.memory_ts, self.memory_has_ts = exact_ns([ts[i] for i in self.memory_rows.tolist()])
-        self.end = self.start + self.duration
+        self._set_end()
+
+    def _set_end(self) -> None:
+        """end = start + dur; a dur whose end would not fit in int64 ns is invalid, not a wrapped-around end."""
+        overflow = (self.duration > 0) & (self.start > np.iinfo(np.int64).max - self.duration)
+        self.has_duration = self.dur_valid & ~overflow
+        self.end = np.where(overflow, self.start, self.start + self.duration)
 
     def _ints(self, rows: Sequence, fields: Sequence[str], missing: int = MISSING) -> list[np.ndarray]:
         def one_field(field: str) -> np.ndarray:
@@ -246,7 +253,13 @@ class _Builder:
         gpu["launch"] = joins.first_row_with_key(runtime["correlation"], gpu["correlation"])
         if repeated := joins.repeated_count(runtime["correlation"]):
             self.warnings["runtime: repeated correlation id (joins use the earliest)"] += repeated
-        if repeated := joins.repeated_count(gpu["correlation"]):
+        # A CUDA/HIP graph launch owns all of its kernels under one correlation id: that is expected, not odd.
+        names = self.strings.strings()
+        graph_codes = [c for c, n in enumerate(names) if n in ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")]
+        launch = gpu["launch"]
+        by_graph = (launch >= 0) & np.isin(runtime["name"][np.clip(launch, 0, None)], graph_codes) \
+            if len(runtime["name"]) else np.zeros(len(launch), bool)
+        if repeated := joins.repeated_count(np.where(by_graph, -1, gpu["correlation"])):
             self.warnings["gpu: rows sharing a correlation id (one launch, several GPU rows)"] += repeated
         if unlaunched := int(((gpu["correlation"] >= 0) & (gpu["launch"] < 0)).sum()):
             self.warnings["gpu: no runtime call with its correlation id"] += unlaunched

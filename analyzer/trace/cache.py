@@ -18,7 +18,7 @@ import numpy as np
 
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
-FORMAT = 1
+FORMAT = 2
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
           "memory": Memory, "overhead": Overhead, "steps": Steps}

@@ -14,6 +14,7 @@ import mmap
 import os
 import re
 import zlib
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal, Optional, Union
@@ -23,6 +24,7 @@ import msgspec
 from .errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 _BLANK = re.compile(rb"\s*\Z")
 
 # Every category kineto's ActivityType knows, plus the flow and span ones. Literal
@@ -121,14 +123,19 @@ class LenientArgs(msgspec.Struct, gc=False, frozen=True):
 class LenientEvent(msgspec.Struct, gc=False):
     """Accepts "inf", "N/A", nulls, unknown categories and the like; the model treats odd values as missing."""
 
-    ph: Optional[str] = None
-    cat: Optional[str] = None
-    name: Optional[str] = None
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
     pid: Any = None
     tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: Optional[LenientArgs] = None
+    args: Union[LenientArgs, None, list, str, int, float, bool] = None  # anything but an object: no args
+
+
+_KNOWN_PHASES = frozenset(("X", "i", "I", *_SKIPPED_PHASES))
+# Anything that is not an object in the event list is skipped (and counted), not a reason to give up on the file.
+_LenientItem = Union[LenientEvent, None, list, str, int, float, bool]
 
 
 _NO_LENIENT_ARGS = LenientArgs()
@@ -149,7 +156,7 @@ def _trace_struct(event_type: type) -> type:
 
 
 _STRICT = msgspec.json.Decoder(Union[_trace_struct(Event), list[Event]])
-_LENIENT = msgspec.json.Decoder(Union[_trace_struct(LenientEvent), list[LenientEvent]])
+_LENIENT = msgspec.json.Decoder(Union[_trace_struct(_LenientItem), list[_LenientItem]])
 
 
 @contextmanager
@@ -171,6 +178,11 @@ def trace_text(path: Path) -> Iterator[bytes | mmap.mmap]:
                 raise TraceError(f"{path}: corrupt or truncated gzip data ({error})") from None
             text.close()
             text = unzipped
+        if text[:3] == UTF8_BOM:  # a trace re-saved by an editor that marks UTF-8
+            stripped = text[3:]
+            if isinstance(text, mmap.mmap):
+                text.close()
+            text = stripped
         if _BLANK.match(text):
             raise TraceError(f"{path}: empty file, expected a Kineto trace (JSON)")
         yield text
@@ -183,8 +195,9 @@ class _ExactTs(msgspec.Struct, gc=False):
     ts: Any = None
 
 
+_ExactItem = Union[_ExactTs, None, list, str, int, float, bool]  # as the lenient decoder: non-objects are skipped
 _EXACT_TS = msgspec.json.Decoder(
-    Union[msgspec.defstruct("Trace", [("traceEvents", list[_ExactTs])], gc=False), list[_ExactTs]],
+    Union[msgspec.defstruct("Trace", [("traceEvents", list[_ExactItem])], gc=False), list[_ExactItem]],
     float_hook=decimal.Decimal,
 )
 
@@ -198,35 +211,149 @@ def decode_exact_ts(data: bytes | mmap.mmap) -> list:
     finally:
         if gc_was_enabled:
             gc.enable()
-    return [event.ts for event in (top if isinstance(top, list) else top.traceEvents)]
+    return [event.ts for event in (top if isinstance(top, list) else top.traceEvents) if type(event) is _ExactTs]
 
 
 def decode(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, Any], bool]:
     """Events (strict or lenient Structs), top-level metadata, and whether the lenient types were needed."""
+    return decode_trace(data, path)[:3]
+
+
+def decode_trace(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, Any], bool, bytes | mmap.mmap, Counter]:
+    """decode(), plus the text actually decoded (names with unescaped quotes repaired, if that was needed) and
+    counts of what was skipped or repaired on the way (reason -> count)."""
+    notes: Counter[str] = Counter()
+    try:
+        top, lenient = _decode_top(data, path)
+    except msgspec.DecodeError as error:
+        repaired_text, repaired = repair_unescaped_quotes(bytes(data))
+        if not repaired:
+            raise TraceError(_json_error(path, data, error)) from None
+        try:
+            top, lenient = _decode_top(repaired_text, path)
+        except msgspec.DecodeError:  # still broken: say where the original text first broke
+            raise TraceError(_json_error(path, data, error)) from None
+        data = repaired_text
+        notes["event names with unescaped double quotes, repaired (pytorch#146900)"] += repaired
+    events = top if isinstance(top, list) else top.traceEvents
+    if lenient:
+        junk = sum(1 for event in events if type(event) is not LenientEvent)
+        if junk:
+            notes["events: not a JSON object, skipped"] += junk
+            events = [event for event in events if type(event) is LenientEvent]
+        unknown_phase = 0
+        for event in events:  # make them read like the strict Structs
+            if type(event.args) is not LenientArgs:
+                event.args = _NO_LENIENT_ARGS
+            if type(event.cat) is not str:
+                event.cat = None
+            if event.ph != "X":
+                event.dur = None
+                if event.ph not in ("i", "I"):
+                    if event.cat and not (type(event.ph) is str and event.ph in _KNOWN_PHASES):
+                        unknown_phase += 1
+                    event.cat = None
+        if unknown_phase:
+            notes["events: missing or unknown ph, skipped"] += unknown_phase
+    if isinstance(top, list):
+        if legacy := _adopt_legacy_events(events):
+            notes["legacy exporter events (pid \"CPU functions\" / \"CUDA functions\") read as cpu_op / kernel"] += legacy
+        return events, {}, lenient, data, notes
+    metadata = {key: getattr(top, key) for key in METADATA_KEYS if getattr(top, key) is not msgspec.UNSET}
+    return events, metadata, lenient, data, notes
+
+
+def _decode_top(data: bytes | mmap.mmap, path: Path):
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         try:
-            top, lenient = _STRICT.decode(data), False
+            return _STRICT.decode(data), False
         except msgspec.ValidationError:
-            top, lenient = _LENIENT.decode(data), True
+            return _LENIENT.decode(data), True
     except msgspec.ValidationError as error:
         raise TraceError(f"{path}: not a Kineto trace ({error})") from None
-    except msgspec.DecodeError as error:
-        raise TraceError(f"{path}: invalid JSON ({error})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: not a Kineto trace (JSON nested too deeply)") from None
     finally:
         if gc_was_enabled:
             gc.enable()
-    events = top if isinstance(top, list) else top.traceEvents
-    if lenient:
-        for event in events:  # make them read like the strict Structs
-            if event.args is None:
-                event.args = _NO_LENIENT_ARGS
-            if event.ph != "X":
-                event.dur = None
-                if event.ph not in ("i", "I"):
-                    event.cat = None
-    if isinstance(top, list):
-        return events, {}, lenient
-    metadata = {key: getattr(top, key) for key in METADATA_KEYS if getattr(top, key) is not msgspec.UNSET}
-    return events, metadata, lenient
+
+
+_BYTE_OFFSET = re.compile(r"\s*\(byte (\d+)\)\s*$")
+
+
+def _json_error(path: Path, data: bytes | mmap.mmap, error: msgspec.DecodeError) -> str:
+    """One line saying where the JSON broke: line, column and byte offset (in the gunzipped text for .gz)."""
+    message = str(error)
+    match = _BYTE_OFFSET.search(message)
+    if match:
+        offset, reason = int(match.group(1)), message[: match.start()]
+    else:  # "Input data was truncated": it broke at the end
+        offset, reason = len(data), message
+    reason = reason.removeprefix("JSON is malformed: ").rstrip(".") or "malformed"
+    offset = min(offset, len(data))
+    head = data[:offset]
+    line = head.count(b"\n") + 1
+    column = offset - (head.rfind(b"\n") + 1) + 1
+    gunzipped = False
+    if not isinstance(data, mmap.mmap):
+        try:
+            with open(path, "rb") as file:
+                gunzipped = file.read(2) == GZIP_MAGIC
+        except OSError:
+            pass
+    where = f"line {line}, column {column} (byte {offset}{' of the gunzipped text' if gunzipped else ''})"
+    return f"{path}: invalid JSON at {where}: {reason}"
+
+
+# Kineto before #1459 wrote `"` inside names unescaped (pytorch#146900). A name value runs from `"name": "` to the
+# first quote on the same line (names have their newlines stripped) that is followed by the next key, the end of
+# the line, or the end of the event object (`}` then `,`, `]` or the line's end).
+_NAME_START = re.compile(rb'"name"\s*:\s*"')
+_NAME_END = re.compile(rb'"(?=[ \t]*(?:,\s*"[^"\r\n]{0,200}"\s*:|[,}\]]?[ \t\r]*\Z|[}\]]\s*(?:[,}\]]|\Z)))')
+_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def repair_unescaped_quotes(data: bytes) -> tuple[bytes, int]:
+    """The text with bare double quotes inside "name" values escaped, and how many names were repaired."""
+    pieces, position, repaired = [], 0, 0
+    for match in _NAME_START.finditer(data):
+        start = match.end()
+        if start < position:
+            continue
+        line_end = data.find(b"\n", start)
+        end = _NAME_END.search(data, start, len(data) if line_end < 0 else line_end)
+        if end is None:
+            continue
+        value = data[start : end.start()]
+        if b'"' not in value:
+            continue
+        fixed = _BARE_QUOTE.sub(rb'\\"', value)
+        if fixed != value:
+            pieces += [data[position:start], fixed]
+            position = end.start()
+            repaired += 1
+    if not repaired:
+        return data, 0
+    pieces.append(data[position:])
+    return b"".join(pieces), repaired
+
+
+LEGACY_CATEGORIES = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+
+
+def _adopt_legacy_events(events: list) -> int:
+    """The legacy exporter (torch.autograd.profiler, a bare array) writes ops and kernels without a category, on pids
+    "CPU functions" and "CUDA functions" (tid: the thread, or the kernel's device). Give them their categories."""
+    adopted = 0
+    for event in events:
+        if event.cat or not (type(event) is Complete or (type(event) is LenientEvent and event.ph == "X")):
+            continue
+        if type(event.pid) is not str or event.pid not in LEGACY_CATEGORIES:
+            continue
+        event.cat = LEGACY_CATEGORIES[event.pid]
+        if event.cat == "kernel":
+            event.pid, event.tid = event.tid, 0  # device index; the stream is not recorded
+        adopted += 1
+    return adopted
