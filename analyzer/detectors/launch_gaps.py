@@ -110,7 +110,7 @@ def _group_gaps(ctx: AnalysisContext, gaps, steps, top_n: int, long_gap_us: floa
 def _frames_during(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
     """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
     from analyzer.trace.joins import Intervals, thread_keys
-    model, frames, rt = ctx.model, ctx.model.frames, ctx.model.runtime
+    frames, rt = ctx.model.frames, ctx.model.runtime
     if not len(frames) or not len(rows) or not len(rt):  # no runtime rows: every row is -1
         return np.full(len(rows), -1, np.int64)
     safe = np.clip(rows, 0, None)
