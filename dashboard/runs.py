@@ -314,7 +314,7 @@ class RunStore:
         key = (run.run_id, run.stamp())
         try:
             meta = self.meta(run)
-            model = load_trace(run.trace)
+            model = load_trace(run.trace, cache=True)
         except (UsageError, TraceError) as exc:
             self._errors[key] = str(exc)
             raise UsageError(str(exc)) from None
@@ -370,7 +370,7 @@ class RunStore:
             data = self.timelines.get(key)
             if data is None:
                 try:
-                    model = load_trace(run.trace)
+                    model = load_trace(run.trace, cache=True)
                 except TraceError as exc:
                     raise UsageError(str(exc)) from None
                 data = TimelineData(model, self.meta(run), report)
