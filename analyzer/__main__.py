@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -87,5 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
+def run() -> int:
+    try:
+        return main()
+    except BrokenPipeError:  # `... | head`: the reader left; exit quietly as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
