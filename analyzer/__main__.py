@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> int:
     try:
         return main()
+    except KeyboardInterrupt:  # before a run folder existed (capture handles it once one does)
+        print("error: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `... | head`: the reader left; exit quietly as other command-line tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -120,3 +120,33 @@ def test_every_shipped_workload_runs_on_cpu(tmp_path, cli, name):
                 and not e["name"].startswith("ProfilerStep")] == ["prefill#0", "prefill#1"]
     else:
         assert ops["aten::item"] == 0 or name == "print_tensor"
+
+
+def test_ctrl_c_leaves_a_clearly_incomplete_run(tmp_path):
+    """SIGINT mid-run: the run folder is published, marked incomplete, with no half-written file under a final
+    name, and the command exits 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "traces"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analyzer", "capture", "workloads/tiny.yaml", "--out", str(out),
+         "--set", "decode_steps=3000", "--set", "prompt_length=8"],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:  # phase lines arrive as the run goes (stderr is not a terminal)
+        if "timing (no profiler)" in line or time.monotonic() > deadline:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout
+    run = only_run(out)
+    assert not run.name.startswith(".")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["complete"] is False and "interrupted" in meta["error"]
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json"]  # no trace: the profiler never started
+    assert "INCOMPLETE" in stdout
