@@ -181,7 +181,6 @@ def _experimental_config(enabled: bool, notes: list[str]):
 
 
 def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Progress, notes: list[str]) -> dict:
-
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
     wait, warmup, active = workload["profiler.wait"], workload["profiler.warmup"], workload["profiler.active"]
     recorded = active + (1 if wl.has_prefill else 0)

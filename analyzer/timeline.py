@@ -87,13 +87,6 @@ class DeviceTimeline:
     def idle_ns(self) -> int:
         return int((self.idle_ends - self.idle_starts).sum())
 
-    def idle_containing(self, t_ns: int, tolerance_ns: int = 0) -> int:
-        """Index of the idle interval containing t (within tolerance), or -1."""
-        i = int(np.searchsorted(self.idle_starts, t_ns + tolerance_ns, side="right")) - 1
-        if i >= 0 and self.idle_ends[i] + tolerance_ns >= t_ns:
-            return i
-        return -1
-
 
 @dataclasses.dataclass(frozen=True)
 class GpuTimeline:
