@@ -59,8 +59,9 @@ def _summary(ctx: AnalysisContext, gaps: dict) -> dict:
     }
     meta = ctx.meta
     unprofiled = meta.get("unprofiled", "step_ms", "p50") if meta else None
-    decode = [s["wall_us"] for s in steps if s["step"].startswith(meta.get("unprofiled", "step_label", default="")
-                                                                   if meta else "")] if meta else []
+    label = meta.get("unprofiled", "step_label", default="") if meta else ""
+    # the profiled steps of the same kind as the unprofiled timing (decode steps, or prefill-only steps)
+    decode = [s["wall_us"] for s in steps if label and s["step"].startswith(label)]
     if unprofiled and decode:
         profiled = sorted(decode)[len(decode) // 2]
         summary["step_time_us"] = {"unprofiled_p50": round(unprofiled * 1e3, 3), "profiled_p50": profiled,
