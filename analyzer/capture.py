@@ -180,22 +180,27 @@ def _experimental_config(enabled: bool, notes: list[str]):
         return None
 
 
+def profiler_options(workload: Workload, device, notes: list[str]) -> dict:
+    from torch.profiler import ProfilerActivity
+    return {"activities": [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else []),
+            "record_shapes": workload["profiler.record_shapes"], "profile_memory": workload["profiler.profile_memory"],
+            "with_stack": workload["profiler.with_stack"],
+            "experimental_config": _experimental_config(workload["profiler.cuda_sync_events"] and
+                                                        device.type == "cuda", notes)}
+
+
 def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Progress, notes: list[str]) -> dict:
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import profile, record_function, schedule
     wait, warmup, active = workload["profiler.wait"], workload["profiler.warmup"], workload["profiler.active"]
     recorded = active + (1 if wl.has_prefill else 0)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    exp = _experimental_config(workload["profiler.cuda_sync_events"] and device.type == "cuda", notes)
     progress.phase("profiling", wait + warmup + recorded)
     _sync(device)
     # Nothing but the workload runs inside the recorded window: memory_stats() alone costs ~1 ms of Python per
     # call, which would show up as a GPU gap in every step. Stats are read at the window's edges only.
     stats_before = _memory_stats(device) if wait + warmup == 0 else None
     t0 = time.perf_counter()
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=recorded, repeat=1),
-                 record_shapes=workload["profiler.record_shapes"],
-                 profile_memory=workload["profiler.profile_memory"],
-                 with_stack=workload["profiler.with_stack"], experimental_config=exp) as prof:
+    with profile(schedule=schedule(wait=wait, warmup=warmup, active=recorded, repeat=1),
+                 **profiler_options(workload, device, notes)) as prof:
         if wait + warmup:
             wl.new_sequence()
         for i in range(wait + warmup):
@@ -299,14 +304,6 @@ def capture(workload: Workload, out_dir: Path, argv: list[str]) -> int:
     model = build_model(workload, device, dtype)
     from workloads.qwen2 import Sampling
     sampling = Sampling(workload["sampling.temperature"], workload["sampling.top_k"])
-    p = workload
-    capacity = p["prompt_length"] + 1 + max(p["decode_steps"], p["timing.warmup_steps"],
-                                            p["profiler.wait"] + p["profiler.warmup"], p["profiler.active"])
-
-    def make(mode: str):
-        return workload_cls(model, batch_size=p["batch_size"], prompt_length=p["prompt_length"], capacity=capacity,
-                            sampling=sampling, mode=mode, seed=p["seed"])
-
     run = RunFolder(out_dir, workload.name)
     meta = {"schema": META_SCHEMA, "complete": False, "error": None, "created_utc": utc_stamp(),
             "command": ["python", "-m", "analyzer", *argv], "workload_file": str(workload.path),
@@ -317,29 +314,11 @@ def capture(workload: Workload, out_dir: Path, argv: list[str]) -> int:
     progress = Progress()
     exit_code = 0
     try:
-        wl = make(p["mode"])
-        meta["unprofiled"] = time_unprofiled(wl, device, p["decode_steps"], p["timing.warmup_steps"],
-                                             p["batch_size"], progress)
-        if p["timing.compare_modes"] and device.type == "cuda" and wl.step_label == "decode_step":
-            other_mode = "eager" if p["mode"] == "cuda_graph" else "cuda_graph"
-            other = time_unprofiled(make(other_mode), device, p["decode_steps"], p["timing.warmup_steps"],
-                                    p["batch_size"], progress)
-            by_mode = {p["mode"]: meta["unprofiled"]["step_ms"]["p50"], other_mode: other["step_ms"]["p50"]}
-            meta["mode_comparison"] = {"eager_step_ms": by_mode["eager"], "cuda_graph_step_ms": by_mode["cuda_graph"],
-                                       "eager_over_graph": by_mode["eager"] / by_mode["cuda_graph"],
-                                       "statistic": "p50 of unprofiled steps", "other_mode_timing": other}
-        elif p["timing.compare_modes"]:
-            notes.append("timing.compare_modes needs CUDA and a decode workload; skipped")
-        meta["profiled"] = profile_run(wl, workload, device, run.path(TRACE_FILE), progress, notes)
-        if device.type == "cuda":
-            steps = min(p["profiler.active"], 8)
-            sync_debug = p["sync_debug_pass"]
-            meta["memory_per_step"], sites = sampling_pass(wl, device, steps, sync_debug, progress)
-            if sync_debug:
-                meta["sync_sites"], meta["sync_debug_steps"] = sites, steps
-        tokens = wl.tokens()
-        if tokens is not None:
-            meta["sample_tokens"] = tokens[0, -8:].tolist()
+        if getattr(workload_cls, "kind", None) == "serve":
+            from analyzer.capture_serve import capture_serving
+            capture_serving(workload_cls, model, sampling, workload, device, run, progress, meta)
+        else:
+            _capture_steps(workload_cls, model, sampling, workload, device, run, progress, meta)
         meta["complete"] = True
     except KeyboardInterrupt:
         meta["error"] = "interrupted (KeyboardInterrupt)"
@@ -357,6 +336,42 @@ def capture(workload: Workload, out_dir: Path, argv: list[str]) -> int:
     return exit_code
 
 
+def _capture_steps(workload_cls, model, sampling, workload: Workload, device, run: RunFolder, progress: Progress,
+                   meta: dict) -> None:
+    """A workload of steps: time them unprofiled, profile a window of them, then the sampling pass (CUDA)."""
+    p, notes = workload, meta["notes"]
+    capacity = p["prompt_length"] + 1 + max(p["decode_steps"], p["timing.warmup_steps"],
+                                            p["profiler.wait"] + p["profiler.warmup"], p["profiler.active"])
+
+    def make(mode: str):
+        return workload_cls(model, batch_size=p["batch_size"], prompt_length=p["prompt_length"], capacity=capacity,
+                            sampling=sampling, mode=mode, seed=p["seed"])
+
+    wl = make(p["mode"])
+    meta["unprofiled"] = time_unprofiled(wl, device, p["decode_steps"], p["timing.warmup_steps"],
+                                         p["batch_size"], progress)
+    if p["timing.compare_modes"] and device.type == "cuda" and wl.step_label == "decode_step":
+        other_mode = "eager" if p["mode"] == "cuda_graph" else "cuda_graph"
+        other = time_unprofiled(make(other_mode), device, p["decode_steps"], p["timing.warmup_steps"],
+                                p["batch_size"], progress)
+        by_mode = {p["mode"]: meta["unprofiled"]["step_ms"]["p50"], other_mode: other["step_ms"]["p50"]}
+        meta["mode_comparison"] = {"eager_step_ms": by_mode["eager"], "cuda_graph_step_ms": by_mode["cuda_graph"],
+                                   "eager_over_graph": by_mode["eager"] / by_mode["cuda_graph"],
+                                   "statistic": "p50 of unprofiled steps", "other_mode_timing": other}
+    elif p["timing.compare_modes"]:
+        notes.append("timing.compare_modes needs CUDA and a decode workload; skipped")
+    meta["profiled"] = profile_run(wl, workload, device, run.path(TRACE_FILE), progress, notes)
+    if device.type == "cuda":
+        steps = min(p["profiler.active"], 8)
+        sync_debug = p["sync_debug_pass"]
+        meta["memory_per_step"], sites = sampling_pass(wl, device, steps, sync_debug, progress)
+        if sync_debug:
+            meta["sync_sites"], meta["sync_debug_steps"] = sites, steps
+    tokens = wl.tokens()
+    if tokens is not None:
+        meta["sample_tokens"] = tokens[0, -8:].tolist()
+
+
 def _print_summary(final: Path, meta: dict, device) -> None:
     shown = os.path.relpath(final) if not os.path.relpath(final).startswith("..") else str(final)
     env, model = meta["environment"], meta["model"]
@@ -371,6 +386,11 @@ def _print_summary(final: Path, meta: dict, device) -> None:
         rate = f", {timing['tokens_per_s']:.1f} tokens/s" if timing["tokens_per_s"] else ""
         print(f"step:    {timing['step_label']} p50 {s['p50']:.2f} ms, p90 {s['p90']:.2f} ms{rate} "
               f"(no profiler, {timing['steps']} steps)")
+    serving = meta.get("serving", {}).get("unprofiled")
+    if serving:
+        print(f"serving: {serving['requests']} requests, TTFT p50 {serving['ttft_ms']['p50']:.1f} ms, "
+              f"TPOT p50 {(serving['tpot_ms'] or {}).get('p50', float('nan')):.2f} ms, "
+              f"{serving['throughput_tokens_per_s']:.0f} tokens/s, mean batch {serving['mean_batch']}")
     if "mode_comparison" in meta:
         m = meta["mode_comparison"]
         print(f"modes:   eager {m['eager_step_ms']:.2f} ms vs CUDA graph {m['cuda_graph_step_ms']:.2f} ms "

@@ -11,12 +11,14 @@ class Progress:
         self.live = self.stream.isatty()
         self.width = width
         self.label, self.total, self.done, self.started = "", 0, 0, 0.0
+        self.unit = "steps"
 
-    def phase(self, label: str, total: int) -> None:
+    def phase(self, label: str, total: int, unit: str = "steps") -> None:
         self._end_line()
         self.label, self.total, self.done, self.started = label, max(total, 1), 0, time.perf_counter()
+        self.unit = unit
         if not self.live:
-            self.stream.write(f"  {label} ({total} steps)\n")
+            self.stream.write(f"  {label} ({total} {unit})\n")
             self.stream.flush()
         self._draw()
 
@@ -32,7 +34,7 @@ class Progress:
             return
         filled = int(self.width * min(self.done, self.total) / self.total)
         elapsed = time.perf_counter() - self.started
-        rate = f"{self.done / elapsed:5.1f} steps/s" if elapsed > 0 and self.done else ""
+        rate = f"{self.done / elapsed:5.1f} {self.unit}/s" if elapsed > 0 and self.done else ""
         bar = "#" * filled + "-" * (self.width - filled)
         self.stream.write(f"\r  {self.label:<22} [{bar}] {self.done}/{self.total} {rate}")
         self.stream.flush()

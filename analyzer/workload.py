@@ -45,7 +45,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("dtype", str, "auto", "auto = bfloat16 on CUDA, float32 on CPU",
           choices=("auto", "float32", "bfloat16", "float16")),
     Field("device", str, "auto", "auto = CUDA when available, else CPU (with a note); or cpu, cuda, cuda:N"),
-    Field("batch_size", int, 1, "sequences decoded together", minimum=1),
+    Field("batch_size", int, 1, "sequences decoded together (serve script: the most requests in a batch)",
+          minimum=1),
     Field("prompt_length", int, 128, "prompt tokens per sequence (random ids)", minimum=1),
     Field("decode_steps", int, 32, "decode steps timed without the profiler", minimum=1),
     Field("mode", str, "eager", "decode as eager ops or by replaying a captured CUDA graph",
@@ -62,6 +63,21 @@ SCHEMA: tuple[Field, ...] = (
     Field("profiler.profile_memory", bool, True, "record [memory] events (allocated / reserved bytes)"),
     Field("profiler.with_stack", bool, True, "record Python frames (python_function events)"),
     Field("profiler.cuda_sync_events", bool, True, "record cuda_sync events where the torch version offers them"),
+    Field("serve.requests", int, 16, "serve script: requests in one session", minimum=1),
+    Field("serve.arrival", str, "poisson", "serve script: arrival process (uniform = evenly spaced, burst = all at "
+          "once)", choices=("poisson", "uniform", "burst")),
+    Field("serve.rate", (int, float), 50.0, "serve script: mean arrivals per second (poisson, uniform)",
+          minimum=1e-6),
+    Field("serve.prompt_min", int, 32, "serve script: shortest prompt (tokens; lengths are uniform)", minimum=1),
+    Field("serve.prompt_max", int, 128, "serve script: longest prompt (tokens)", minimum=1),
+    Field("serve.output_min", int, 8, "serve script: fewest output tokens of a request", minimum=1),
+    Field("serve.output_max", int, 32, "serve script: most output tokens of a request", minimum=1),
+    Field("serve.yield_s", (int, float), 0.001, "serve script: the engine's `await asyncio.sleep()` between steps "
+          "(0 = yield without sleeping)", minimum=0),
+    Field("serve.to_thread", bool, False, "serve script: run each engine step in `asyncio.to_thread`"),
+    Field("serve.token_readback", str, "batched", "serve script: read new tokens with one copy per step, or with "
+          "`.item()` per request", choices=("batched", "item")),
+    Field("serve.warmup_requests", int, 4, "serve script: requests of the unrecorded warm-up session", minimum=0),
     Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
           "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
 )
@@ -208,6 +224,9 @@ def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
         if not (folder / "config.json").is_file():
             raise UsageError(f"{source}: key 'model.checkpoint': {folder} has no config.json")
         values["model.checkpoint"] = str(folder.resolve())
+    for low, high in (("serve.prompt_min", "serve.prompt_max"), ("serve.output_min", "serve.output_max")):
+        if values[low] > values[high]:
+            raise UsageError(f"{source}: key '{low}': {values[low]} is above '{high}' ({values[high]})")
     device = values["device"]
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UsageError(f"{source}: key 'device': {device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N")

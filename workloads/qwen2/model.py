@@ -41,6 +41,14 @@ class KVCache:
         self.max_len = max_len
         self.batch_size = batch_size
 
+    def rows(self, start: int, stop: int) -> "KVCache":
+        """A view of batch rows [start, stop): writes through it land in this cache."""
+        view = object.__new__(KVCache)
+        view.keys = [k[start:stop] for k in self.keys]
+        view.values = [v[start:stop] for v in self.values]
+        view.mask, view.max_len, view.batch_size = self.mask, self.max_len, stop - start
+        return view
+
 
 class Attention(nn.Module):
     def __init__(self, config: Qwen2Config, device=None, dtype=None):
@@ -61,8 +69,12 @@ class Attention(nn.Module):
         k = F.linear(x, self.k_proj.weight, self.k_proj.bias).view(b, t, kv, d).transpose(1, 2)
         v = F.linear(x, self.v_proj.weight, self.v_proj.bias).view(b, t, kv, d).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        k_cache.index_copy_(2, positions, k)
-        v_cache.index_copy_(2, positions, v)
+        if positions.dim() == 1:
+            k_cache.index_copy_(2, positions, k)
+            v_cache.index_copy_(2, positions, v)
+        else:  # one decode position per row: [b, kv_heads, 1, head_dim] indices into the slot axis
+            k_cache.scatter_(2, positions, k)
+            v_cache.scatter_(2, positions, v)
         # Grouped-query attention without copying K/V: the query heads that share a KV head are stacked as extra
         # query rows of that head ([b, kv_heads, group * t, d]); `mask` rows are tiled to match.
         q = q.reshape(b, self.num_kv_heads, -1, self.head_dim)
@@ -140,16 +152,33 @@ class Qwen2ForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 last_only: bool = True) -> torch.Tensor:
-        """Logits for `input_ids` [batch, T] placed at `positions` [T] (a device tensor) of `cache`.
+        """Logits for `input_ids` [batch, T] placed at `positions` [T] (a device tensor) of `cache`, or, for one
+        decode token per row of sequences of different lengths (continuous batching), at `positions` [batch, 1].
 
         Returns [batch, vocab] for the last position, or [batch, T, vocab] with `last_only=False`.
         """
+        if positions.dim() == 2:
+            return self._forward_per_row(input_ids, positions, cache, last_only)
         cos = self._cos.index_select(0, positions)
         sin = self._signed_sin.index_select(0, positions)
         mask = cache.mask.index_select(0, positions)
         group = self.config.num_attention_heads // self.config.num_key_value_heads
         if input_ids.shape[1] > 1 and group > 1:
             mask = mask.repeat(group, 1)
+        return self._layers(input_ids, cos, sin, positions, mask, cache, last_only)
+
+    def _forward_per_row(self, input_ids, positions, cache, last_only):
+        b, c = input_ids.shape[0], self.config
+        if input_ids.shape[1] != 1:
+            raise ValueError("per-row positions take one token per row")
+        flat = positions.view(-1)
+        cos = self._cos.index_select(0, flat).view(b, 1, 1, -1)  # broadcast over heads
+        sin = self._signed_sin.index_select(0, flat).view(b, 1, 1, -1)
+        mask = cache.mask.index_select(0, flat).view(b, 1, 1, -1)  # broadcast over kv heads and stacked query rows
+        slots = positions.view(b, 1, 1, 1).expand(b, c.num_key_value_heads, 1, c.head_dim)
+        return self._layers(input_ids, cos, sin, slots, mask, cache, last_only)
+
+    def _layers(self, input_ids, cos, sin, positions, mask, cache, last_only):
         x = self.model.embed_tokens(input_ids)
         for layer, k_cache, v_cache in zip(self.model.layers, cache.keys, cache.values):
             x = layer(x, cos, sin, k_cache, v_cache, positions, mask)
