@@ -49,7 +49,8 @@ def capture_serving(workload_cls, model, sampling, workload: Workload, device, r
         "steps": len(step_ms), "step_label": wl.step_label, "prefill_ms": None,
         "step_ms": _summarize_ms(step_ms), "per_step_ms": step_ms, "wall_s": served["wall_s"],
         "tokens_per_s": served["throughput_tokens_per_s"],
-        "clock": "time.perf_counter around each engine step (admission, prefills, decode, token readback)",
+        "clock": "time.perf_counter around each engine step on the event loop (admission, prefills, decode, token "
+                 "readback, and the hop to and from a worker thread with serve.to_thread)",
     }
     meta["serving"] = {"options": {k: workload[f"serve.{k}"] for k in
                                    ("requests", "arrival", "rate", "yield_s", "to_thread", "token_readback")},

@@ -56,11 +56,11 @@ class Engine:
         self.annotate, self.on_step = annotate, on_step
         self.steps: list[StepRecord] = []
 
-    def step(self) -> None:
-        """One engine step: admit, prefill the newcomers, decode every live row, read the new tokens back."""
-        started = time.perf_counter()
+    def step(self) -> tuple[int, int, int, int]:
+        """One engine step: admit, prefill the newcomers, decode every live row, read the new tokens back.
+        Returns (rows decoded, requests running, admitted, finished)."""
         scheduler = self.scheduler
-        admitted = scheduler.admit(started)
+        admitted = scheduler.admit(time.perf_counter())
         firsts = [self.batch.prefill(r.slot, self.prompt(r)) for r in admitted]
         rows = scheduler.live_rows
         running = list(scheduler.running.values())
@@ -74,11 +74,7 @@ class Engine:
         retired = scheduler.retire(now)
         for request in retired:
             self.batch.release(request.slot)
-        record = StepRecord(len(self.steps), started, time.perf_counter(), rows, len(running), len(admitted),
-                            len(retired))
-        self.steps.append(record)
-        if self.on_step:
-            self.on_step(record)
+        return rows, len(running), len(admitted), len(retired)
 
     def _read_tokens(self, firsts: list[torch.Tensor], decoded: torch.Tensor,
                      running: list[Request]) -> tuple[list[int], list[int]]:
@@ -110,11 +106,16 @@ class Engine:
             # step run by `to_thread` shows as its kernels and runtime calls, inside this region.
             region = (torch.profiler.record_function(f"{STEP_LABEL}#{len(self.steps)}") if self.annotate
                       else contextlib.nullcontext())
+            started = time.perf_counter()
             with region:
                 if self.to_thread:
-                    await asyncio.to_thread(self.step)
+                    counts = await asyncio.to_thread(self.step)
                 else:
-                    self.step()
+                    counts = self.step()
+            record = StepRecord(len(self.steps), started, time.perf_counter(), *counts)
+            self.steps.append(record)
+            if self.on_step:
+                self.on_step(record)
             finished = sum(r.finished_at is not None for r in requests)
             await asyncio.sleep(self.yield_s)
         await asyncio.gather(*arrivals)
