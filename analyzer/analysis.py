@@ -27,7 +27,8 @@ def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path) -> dict
     report = {
         "schema": REPORT_SCHEMA,
         "tool": {"name": "gpu-idle-analyzer", "version": __version__},
-        "source": {"trace": str(source), "meta": str(meta.path) if meta else None},
+        "source": {"trace": str(source), "meta": str(meta.path) if meta else None,
+                   "meta_warnings": list(meta.warnings) if meta else []},
         "summary": _summary(ctx, gaps),
         "run": _run_info(meta),
         "trace": _trace_info(model),
@@ -70,7 +71,7 @@ def _summary(ctx: AnalysisContext, gaps: dict) -> dict:
 
 
 def _run_info(meta: RunMeta | None) -> dict | None:
-    if meta is None:
+    if meta is None or not meta.data:  # no meta.json, or one ignored whole
         return None
     env, model = meta.get("environment", default={}), meta.get("model", default={})
     return {

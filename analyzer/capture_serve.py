@@ -34,10 +34,9 @@ def capture_serving(workload_cls, model, sampling, workload: Workload, device, r
     from workloads.serving.metrics import lifetimes_unix_ns, summarize
     wl = make_serving_workload(workload_cls, model, sampling, workload)
     count = workload["serve.requests"]
-    warmup = workload["serve.warmup_requests"]
-    if warmup:
-        progress.phase("warm-up session", warmup, "requests")
-        wl.session(wl.requests(warmup), on_step=_advance_per_request(progress))
+    for _ in range(workload["serve.warmup_sessions"]):
+        progress.phase("warm-up session", count, "requests")
+        wl.session(on_step=_advance_per_request(progress))
         _sync(device)
 
     progress.phase("serving (no profiler)", count, "requests")

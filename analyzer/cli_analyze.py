@@ -75,6 +75,13 @@ def warning_line(report: dict) -> str | None:
     return f"warning: {report['source']['trace']}: " + "; ".join(parts)
 
 
+def meta_warning_line(report: dict) -> str | None:
+    """`warning: <run>/meta.json: ignored unprofiled.steps (a string, not an integer)`: what analysis left out."""
+    source = report["source"]
+    warnings = source.get("meta_warnings")
+    return f"warning: {source['meta']}: " + "; ".join(warnings) if warnings else None
+
+
 def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
     """Check every output folder before writing any, so one foreign report.* leaves none of ours behind."""
     from analyzer.report_files import REPORT_FILES, _is_ours
@@ -95,10 +102,14 @@ def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False
     done = [(item, report, render_all(report)) for item in items
             for report in (build_report(item, with_hta, cache),)]
     _refuse_foreign_reports([item.out_dir for item in items])
+    meta_warned = set()  # ranks beside one meta.json share it: its warning once
     for n, (item, report, contents) in enumerate(done):
         if n:
             print()
         if warning := warning_line(report):
+            print(warning, file=sys.stderr)
+        if (warning := meta_warning_line(report)) and warning not in meta_warned:
+            meta_warned.add(warning)
             print(warning, file=sys.stderr)
         written = write_reports(item.out_dir, contents)
         print_summary(report, written)

@@ -7,17 +7,24 @@
   Python, dispatcher, launch call)
 - other: the next work was already queued (GPU-side latency, e.g. between a CUDA graph's kernels), or nothing
   launched it that the trace shows
+- event_loop_idle: the thread that launched the next work spent most of the gap parked in an event loop's
+  selector (asyncio sleeping or waiting for I/O: no Python ready to run)
+- thread_hop: that thread spent most of the gap waiting for another thread to hand it work (a worker pool's queue,
+  a lock, a future), or the work moved to another thread across the gap
+
+The last two need Python frames (with_stack) and win over sync and cpu_launch when they fill most of the gap: the
+blocking call ended early in it, and what kept the GPU idle afterwards was the parked thread.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from analyzer import apis
+from analyzer import apis, waits
 from analyzer.timeline import DeviceTimeline
 from analyzer.trace import TraceModel
 
-CAUSES = ("cpu_launch", "sync", "allocator", "other")
-CPU_LAUNCH, SYNC, ALLOCATOR, OTHER = range(4)
+CAUSES = ("cpu_launch", "sync", "allocator", "other", "event_loop_idle", "thread_hop")
+CPU_LAUNCH, SYNC, ALLOCATOR, OTHER, EVENT_LOOP_IDLE, THREAD_HOP = range(6)
 SYNC_TOLERANCE_NS = 2_000  # CPU and GPU clocks agree to about a microsecond
 
 
@@ -66,6 +73,33 @@ def classify_gaps(model: TraceModel, device_timeline: DeviceTimeline):
     cause[alloc_row >= 0] = ALLOCATOR
     cause[sync_row >= 0] = SYNC
     responsible = np.where(sync_row >= 0, sync_row, np.where(alloc_row >= 0, alloc_row, launch_row))
+    loop_idle, hop = _parked(model, a, b, launch_row, cause)
+    cause[loop_idle] = EVENT_LOOP_IDLE
+    cause[hop] = THREAD_HOP
+    responsible[loop_idle | hop] = launch_row[loop_idle | hop]
     return cause, responsible
+
+
+def _parked(model: TraceModel, a: np.ndarray, b: np.ndarray, launch_row: np.ndarray, cause: np.ndarray):
+    """Masks of the gaps whose next launching thread sat in an event-loop wait / a thread hand-off wait for at
+    least half the gap, or (hop) that opened a busy period on another thread than the previous one did."""
+    rt = model.runtime
+    none = np.zeros(len(a), bool)
+    if not len(a) or not len(rt):
+        return none, none
+    known = launch_row >= 0
+    safe = np.clip(launch_row, 0, None)
+    pid, tid = rt.pid[safe], rt.tid[safe]
+    half = (b - a + 1) // 2
+    loop_ns = waits.covered_ns(model, waits.matching_frames(model, waits.EVENT_LOOP_WAIT), pid, tid, a, b)
+    handoff_ns = waits.covered_ns(model, waits.matching_frames(model, waits.HANDOFF_WAIT), pid, tid, a, b)
+    eligible = known & (cause != ALLOCATOR)
+    loop_idle = eligible & (loop_ns >= half) & (loop_ns >= handoff_ns)
+    moved = np.zeros(len(a), bool)
+    prev_known = known[:-1] & known[1:]
+    moved[1:] = prev_known & ((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))
+    moved &= np.isin(cause, (CPU_LAUNCH, OTHER))
+    hop = eligible & ~loop_idle & ((handoff_ns >= half) | moved)
+    return loop_idle, hop
 
 

@@ -77,7 +77,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("serve.to_thread", bool, False, "serve script: run each engine step in `asyncio.to_thread`"),
     Field("serve.token_readback", str, "batched", "serve script: read new tokens with one copy per step, or with "
           "`.item()` per request", choices=("batched", "item")),
-    Field("serve.warmup_requests", int, 4, "serve script: requests of the unrecorded warm-up session", minimum=0),
+    Field("serve.warmup_sessions", int, 1, "serve script: unrecorded replays of the same traffic before timing (every "
+          "prompt length seen once, so no first-call costs land in the timed or profiled sessions)", minimum=0),
     Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
           "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
 )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import mmap
 import re
 from collections import Counter
 from itertools import compress, repeat
 from operator import attrgetter
 from os import PathLike
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -16,7 +18,10 @@ from . import joins
 from .columns import StringTable, ThreadIds, exact_ns, int_columns, ints, lost_precision, microseconds, to_ns
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
-from .parse import MISSING, NO_VALUE, decode_exact_ts, decode_trace, trace_text
+from .parse import (
+    LEGACY_NOTE, MISSING, NO_VALUE, NotChunkable, adopt_legacy_events, chunk_json, decode_exact_ts, decode_trace,
+    decoded_chunks, find_event_array, trace_text,
+)
 
 MODELLED_CATEGORIES = (
     "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
@@ -26,111 +31,256 @@ CATEGORY_CODE = {cat: code for code, cat in enumerate(MODELLED_CATEGORIES, start
 GPU_KINDS = {"kernel": GpuKind.KERNEL, "gpu_memcpy": GpuKind.MEMCPY, "gpu_memset": GpuKind.MEMSET, "cuda_sync": GpuKind.SYNC}
 MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")
 STEP_NAME = re.compile(r"^(\w+)#(\d+)$|^prefill$")
-# Read together for all slices: one visit per event is cheaper than one pass per field.
-_SHARED_INT_FIELDS = ("pid", "tid", "args.external_id", "args.correlation", "args.cbid", "args.nbytes")
 _MEMORY_INT_FIELDS = (
     "pid", "tid", "args.alloc_bytes", "args.total_allocated", "args.total_reserved",
     "args.device_type", "args.device_id", "args.addr",
 )
+# Args fields by the categories whose tables use them -> the slice column that holds them.
+_ARGS_BY_CATEGORY = tuple(
+    ([CATEGORY_CODE[c] for c in categories], fields) for categories, fields in (
+        (("cpu_op", "user_annotation", "gpu_user_annotation"), ("external_id",)),
+        (("cuda_runtime", "cuda_driver"), ("external_id", "correlation", "cbid")),
+        (tuple(GPU_KINDS), ("external_id", "correlation", "nbytes")),
+        (("python_function",), ("python_id", "python_parent_id")),
+    )
+)
+_ARGS_COLUMNS = {field: field for field in ("external_id", "correlation", "cbid", "python_id", "python_parent_id")}
+_ARGS_COLUMNS["nbytes"] = "bytes"
+_MEMORY_COLUMNS = tuple(f"memory_{field.removeprefix('args.')}" for field in _MEMORY_INT_FIELDS)
+_GPU_CODES = [CATEGORY_CODE[c] for c in GPU_KINDS]
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
+Progress = Callable[[int, int], None]
 
 
-def load_trace(path: str | PathLike, *, cache: bool = False) -> TraceModel:
+def load_trace(path: str | PathLike, *, cache: bool = False, progress: Progress | None = None) -> TraceModel:
     """Load a Kineto trace (.json or gzipped .json). Raises TraceError for a file that is not one.
 
     With `cache=True` the columns are reopened from (or saved to) the columnar cache beside the trace.
+    `progress(done, total)` is told, now and then, how many bytes of the JSON text have been read.
     """
     path = Path(path)
     if cache and path.is_file():
         from .cache import load_cached, save_cached
         model = load_cached(path)
         if model is None:
-            model = parse_trace(path)
+            model = parse_trace(path, progress)
             save_cached(path, model)
         return model
-    return parse_trace(path)
+    return parse_trace(path, progress)
 
 
-def parse_trace(path: Path) -> TraceModel:
-    with trace_text(path) as text:
-        events, metadata, lenient, text, notes = decode_trace(text, path)
-        if not events:
-            raise TraceError(f"{path}: trace has no events")
-        builder = _Builder(events, lenient)
-        builder.warnings.update(notes)
-        del events
-        if builder.lost_precision:
-            builder.use_exact_ts(decode_exact_ts(text))
-    return builder.model(str(path), metadata)
+def parse_trace(path: Path, progress: Progress | None = None) -> TraceModel:
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the decoded Structs hold no cycles; tracking the lists of them only costs time
+    try:
+        with trace_text(path) as text:
+            builder, metadata = _read_in_chunks(text, path, progress) or _read_whole(text, path)
+        return builder.model(str(path), metadata)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read_whole(text: bytes | mmap.mmap, path: Path) -> tuple[_Builder, dict]:
+    """Decode all events at once: files the chunked reader leaves alone (lenient types, repairs, errors)."""
+    events, metadata, lenient, text, notes = decode_trace(text, path)
+    if not events:
+        raise TraceError(f"{path}: trace has no events")
+    columns = EventColumns(lenient=lenient, whole_file=True)
+    columns.add(events)
+    del events
+    builder = _Builder(columns)
+    builder.warnings.update(notes)
+    if builder.lost_precision:
+        ts = decode_exact_ts(text)
+        builder.use_exact_ts([ts[i] for i in builder.slice_rows.tolist()],
+                             [ts[i] for i in builder.memory_rows.tolist()])
+    return builder, metadata
+
+
+def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | None) -> tuple[_Builder, dict] | None:
+    """Decode the events a chunk at a time, keeping only their columns; None when the file needs _read_whole."""
+    array = find_event_array(text)
+    if array is None:
+        return None
+    columns = EventColumns(lenient=False, whole_file=False)
+    spans, legacy = [], 0
+    try:
+        for events, start, end in decoded_chunks(text, array):
+            if array.bare:
+                legacy += adopt_legacy_events(events)
+            columns.add(events)
+            spans.append((start, end))
+            del events
+            _release_pages(text, start)
+            if progress:
+                progress(end, len(text))
+    except NotChunkable:
+        return None
+    if not columns.events:
+        raise TraceError(f"{path}: trace has no events")
+    builder = _Builder(columns)
+    if legacy:
+        builder.warnings[LEGACY_NOTE] += legacy
+    if builder.lost_precision:
+        builder.use_exact_ts(*_exact_ts_in_chunks(text, spans, builder))
+    return builder, array.metadata
+
+
+def _exact_ts_in_chunks(text: bytes | mmap.mmap, spans: list, builder: _Builder) -> tuple[list, list]:
+    """Exact ts of the slices and memory events, decoding a chunk at a time again."""
+    slice_ts, memory_ts, first_row = [], [], 0
+    for start, end in spans:
+        ts = decode_exact_ts(chunk_json(text, start, end))
+        for rows, out in ((builder.slice_rows, slice_ts), (builder.memory_rows, memory_ts)):
+            local = rows[(rows >= first_row) & (rows < first_row + len(ts))] - first_row
+            out += [ts[i] for i in local.tolist()]
+        first_row += len(ts)
+    return slice_ts, memory_ts
+
+
+def _release_pages(text: bytes | mmap.mmap, below: int) -> None:
+    """Let the kernel drop the mapped file pages already decoded (they are still in the page cache), so a
+    large trace does not stay resident in this process."""
+    if isinstance(text, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        text.madvise(mmap.MADV_DONTNEED, 0, below - below % mmap.PAGESIZE)
 
 
 def _take(events: Sequence, rows: np.ndarray) -> list:
     return [events[i] for i in rows.tolist()]
 
 
-class _Builder:
-    """Reads the columns every slice table shares in one pass per field over all slices in file order.
+class EventColumns:
+    """The modelled events' fields as numpy columns, read a batch of decoded events at a time, in file order.
 
-    Events of one category are scattered through the file (runtime calls sit
-    between kernels and flows), so reading them per table misses the CPU cache on
-    nearly every row; a pass in file order is several times faster.
+    A batch's fields are read while its Structs are fresh in the CPU caches. Batches of a file read in chunks
+    (whole_file=False) must convert on their own: a pid, tid or stream that is not an integer raises
+    NotChunkable, since string ids are numbered in order of appearance over the whole column.
     """
 
-    def __init__(self, events: list, lenient: bool) -> None:
-        self.lenient = lenient
-        self.warnings: Counter[str] = Counter()
-        if lenient:
-            self.warnings["decoded with lenient types (odd values or unknown categories)"] += 1
+    def __init__(self, *, lenient: bool, whole_file: bool) -> None:
+        self.lenient, self.whole_file = lenient, whole_file
         self.strings = StringTable()
         self.threads = ThreadIds()
+        self.events = 0
+        self._parts: dict[str, list[np.ndarray]] = {}
 
+    def add(self, events: list) -> None:
         categories = np.fromiter(
             map(CATEGORY_CODE.get, map(attrgetter("cat"), events), repeat(0)), dtype=np.int8, count=len(events)
         )
         is_slice = (categories > 0) & (categories != CATEGORY_CODE["cpu_instant_event"])
-        self.slice_rows = np.flatnonzero(is_slice)
-        self.slices = list(compress(events, is_slice.tolist()))
-        self.category = categories[is_slice]
+        slices = list(compress(events, is_slice.tolist()))
+        category = categories[is_slice]
         instant_rows = np.flatnonzero(categories == CATEGORY_CODE["cpu_instant_event"])
         instants = _take(events, instant_rows)
         is_memory = [e.name in MEMORY_EVENTS for e in instants]
-        self.memory_rows = instant_rows[np.array(is_memory, dtype=bool)]
-        self.memory_events = list(compress(instants, is_memory))
+        memory_events = list(compress(instants, is_memory))
+        pid, tid = self._ints(slices, ("pid", "tid"))
+        self._append(
+            slice_rows=np.flatnonzero(is_slice) + self.events,
+            category=category,
+            start_us=microseconds(slices, attrgetter("ts"), lenient=self.lenient),
+            dur_us=microseconds(slices, attrgetter("dur"), lenient=self.lenient),
+            pid=pid,
+            tid=tid,
+            name=self.strings.codes(slices, attrgetter("name"), lenient=self.lenient),
+            stream=self._streams(slices, category),
+            memory_rows=instant_rows[np.array(is_memory, dtype=bool)] + self.events,
+            memory_us=microseconds(memory_events, attrgetter("ts"), lenient=self.lenient),
+            memory_is_oom=np.array([e.name == "[OutOfMemory]" for e in memory_events], dtype=bool),
+        )
+        self._append(**self._args_by_category(slices, category))
+        self._append(**dict(zip(_MEMORY_COLUMNS, self._ints(memory_events, _MEMORY_INT_FIELDS, NO_VALUE))))
+        self.events += len(events)
 
-        start_us = microseconds(self.slices, attrgetter("ts"), lenient=lenient)
-        memory_us = microseconds(self.memory_events, attrgetter("ts"), lenient=lenient)
+    def _args_by_category(self, slices: list, category: np.ndarray) -> dict[str, np.ndarray]:
+        """The args columns, each read only for the categories whose tables use it (MISSING in other rows)."""
+        columns = {column: np.full(len(slices), MISSING) for column in _ARGS_COLUMNS.values()}
+        for codes, fields in _ARGS_BY_CATEGORY:
+            rows = np.isin(category, codes)
+            values = self._ints(list(compress(slices, rows.tolist())), [f"args.{field}" for field in fields])
+            for field, column in zip(fields, values):
+                columns[_ARGS_COLUMNS[field]][rows] = column
+        return columns
+
+    def _streams(self, slices: list, category: np.ndarray) -> np.ndarray:
+        """args.stream of GPU slices (NO_VALUE in other rows)."""
+        is_gpu = np.isin(category, _GPU_CODES)
+        gpu_slices = list(compress(slices, is_gpu.tolist()))
+        stream = np.full(len(slices), NO_VALUE)
+        get = attrgetter("args.stream")
+        if self.whole_file:
+            stream[is_gpu] = ints(gpu_slices, get, lenient=self.lenient, missing=NO_VALUE)
+        else:
+            stream[is_gpu] = self._integers(gpu_slices, get)
+        return stream
+
+    def _ints(self, rows: Sequence, fields: Sequence[str], missing: int = MISSING) -> list[np.ndarray]:
+        def one_field(field: str) -> np.ndarray:
+            if field not in ("pid", "tid"):
+                return ints(rows, attrgetter(field), lenient=self.lenient, missing=missing)
+            if self.whole_file:
+                return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
+            return self._integers(rows, attrgetter(field))
+
+        return int_columns(rows, fields, lenient=self.lenient, fallback=one_field)
+
+    @staticmethod
+    def _integers(rows: Sequence, get) -> np.ndarray:
+        try:
+            return np.fromiter(map(get, rows), dtype=np.int64, count=len(rows))
+        except (TypeError, ValueError, OverflowError):
+            raise NotChunkable from None
+
+    def _append(self, **columns: np.ndarray) -> None:
+        for name, values in columns.items():
+            self._parts.setdefault(name, []).append(values)
+
+    def column(self, name: str) -> np.ndarray:
+        """All batches' values of one column, handed over once (the parts are dropped)."""
+        parts = self._parts.pop(name)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+class _Builder:
+    """Sorts the columns into the model's tables and joins them."""
+
+    def __init__(self, columns: EventColumns) -> None:
+        self.lenient = columns.lenient
+        self.warnings: Counter[str] = Counter()
+        if columns.lenient:
+            self.warnings["decoded with lenient types (odd values or unknown categories)"] += 1
+        self.strings, self.threads = columns.strings, columns.threads
+        self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
+        self.category = columns.column("category")
+        start_us, memory_us = columns.column("start_us"), columns.column("memory_us")
         self.lost_precision = lost_precision(start_us) or lost_precision(memory_us)
         self.start, self.has_start = to_ns(start_us)
         self.memory_ts, self.memory_has_ts = to_ns(memory_us)
-        self.duration, self.dur_valid = to_ns(microseconds(self.slices, attrgetter("dur"), lenient=lenient))
+        self.duration, self.dur_valid = to_ns(columns.column("dur_us"))
         self._set_end()
-        self.pid, self.tid, self.external_id, self.correlation, self.cbid, self.bytes = self._ints(
-            self.slices, _SHARED_INT_FIELDS
+        self.pid, self.tid, self.external_id, self.correlation, self.cbid, self.bytes = map(
+            columns.column, ("pid", "tid", "external_id", "correlation", "cbid", "bytes")
         )
-        self.name = self.strings.codes(self.slices, attrgetter("name"), lenient=lenient)
+        self.name = columns.column("name")
+        self.python_id, self.python_parent_id = columns.column("python_id"), columns.column("python_parent_id")
+        self.stream = columns.column("stream")
+        self.memory_columns = {name: columns.column(name) for name in (*_MEMORY_COLUMNS, "memory_is_oom")}
 
-    def use_exact_ts(self, ts: list) -> None:
+    def use_exact_ts(self, slice_ts: list, memory_ts: list) -> None:
         """Replace ts read through doubles by ts decoded exactly (epoch-based µs with ns digits)."""
-        self.start, self.has_start = exact_ns([ts[i] for i in self.slice_rows.tolist()])
-        self.memory_ts, self.memory_has_ts = exact_ns([ts[i] for i in self.memory_rows.tolist()])
+        self.start, self.has_start = exact_ns(slice_ts)
+        self.memory_ts, self.memory_has_ts = exact_ns(memory_ts)
         self._set_end()
-
     def _set_end(self) -> None:
         """end = start + dur; a dur whose end would not fit in int64 ns is invalid, not a wrapped-around end."""
         overflow = (self.duration > 0) & (self.start > np.iinfo(np.int64).max - self.duration)
         self.has_duration = self.dur_valid & ~overflow
         self.end = np.where(overflow, self.start, self.start + self.duration)
 
-    def _ints(self, rows: Sequence, fields: Sequence[str], missing: int = MISSING) -> list[np.ndarray]:
-        def one_field(field: str) -> np.ndarray:
-            if field in ("pid", "tid"):
-                return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
-            return ints(rows, attrgetter(field), lenient=self.lenient, missing=missing)
-
-        return int_columns(rows, fields, lenient=self.lenient, fallback=one_field)
-
     def _rows(self, table: str, *categories: str) -> np.ndarray:
-        """Indices into self.slices of the table's placeable rows, sorted by (start, longest first)."""
+        """Indices into the slice columns of the table's placeable rows, sorted by (start, longest first)."""
         rows = np.flatnonzero(np.isin(self.category, [CATEGORY_CODE[c] for c in categories]))
         has_start, has_duration = self.has_start[rows], self.has_duration[rows]
         negative = has_duration & (self.duration[rows] < 0)
@@ -153,9 +303,7 @@ class _Builder:
     def _frames(self) -> dict[str, np.ndarray]:
         rows = self._rows("frames", "python_function")
         columns = self._shared(rows, "start_ns", "end_ns", "pid", "tid", "name")
-        columns["python_id"], columns["parent_python_id"] = self._ints(
-            _take(self.slices, rows), ("args.python_id", "args.python_parent_id")
-        )
+        columns["python_id"], columns["parent_python_id"] = self.python_id[rows], self.python_parent_id[rows]
         return columns
 
     def _runtime(self) -> dict[str, np.ndarray]:
@@ -170,7 +318,7 @@ class _Builder:
         columns["device"] = columns.pop("pid")
         # tid is not always the stream: a Context Sync (stream -1) is drawn at tid 1 (or -1), and newer
         # kineto draws a Stream Sync at stream + 1000000. Older kineto writes stream -1 as uint32.
-        stream = ints(_take(self.slices, rows), attrgetter("args.stream"), lenient=self.lenient, missing=NO_VALUE)
+        stream = self.stream[rows]
         stream = np.where(stream == 2**32 - 1, -1, stream)
         columns["stream"] = np.where(stream == NO_VALUE, columns.pop("tid"), stream)
         kind_by_code = np.zeros(len(MODELLED_CATEGORIES) + 1, dtype=np.int8)
@@ -189,8 +337,7 @@ class _Builder:
         return self._shared(self._rows("overhead", "overhead"), "start_ns", "end_ns", "name")
 
     def _memory(self) -> dict[str, np.ndarray]:
-        events = self.memory_events
-        pid, tid, alloc_bytes, *totals = self._ints(events, _MEMORY_INT_FIELDS, NO_VALUE)
+        pid, tid, alloc_bytes, *totals = (self.memory_columns[name] for name in _MEMORY_COLUMNS)
         has_ts, has_bytes = self.memory_has_ts, alloc_bytes != NO_VALUE
         for mask, reason in ((~has_ts, "missing or invalid ts"), (has_ts & ~has_bytes, "missing or invalid Bytes")):
             if mask.any():
@@ -201,13 +348,12 @@ class _Builder:
         for column, values in zip(("total_allocated", "total_reserved", "device_type", "device_id", "addr"), totals):
             values[values == NO_VALUE] = MISSING
             columns[column] = values
-        columns["is_oom"] = np.array([e.name == "[OutOfMemory]" for e in events], dtype=bool)
+        columns["is_oom"] = self.memory_columns["memory_is_oom"]
         return {column: values[rows] for column, values in columns.items()}
 
     def model(self, path: str, metadata: dict) -> TraceModel:
         ops, frames, runtime, gpu = self._ops(), self._frames(), self._runtime(), self._gpu()
         memory, gpu_annotations, overhead = self._memory(), self._gpu_annotations(), self._overhead()
-        self.slices = self.memory_events = []  # frees the decoded events before the joins
         self._join_threads(ops, frames, runtime, memory)
         self._join_correlations(runtime, gpu)
         names = self.strings.strings()

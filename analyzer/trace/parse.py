@@ -16,6 +16,7 @@ import re
 import zlib
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal, Optional, Union
 
@@ -256,8 +257,8 @@ def decode_trace(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, A
         if unknown_phase:
             notes["events: missing or unknown ph, skipped"] += unknown_phase
     if isinstance(top, list):
-        if legacy := _adopt_legacy_events(events):
-            notes["legacy exporter events (pid \"CPU functions\" / \"CUDA functions\") read as cpu_op / kernel"] += legacy
+        if legacy := adopt_legacy_events(events):
+            notes[LEGACY_NOTE] += legacy
         return events, {}, lenient, data, notes
     metadata = {key: getattr(top, key) for key in METADATA_KEYS if getattr(top, key) is not msgspec.UNSET}
     return events, metadata, lenient, data, notes
@@ -278,6 +279,158 @@ def _decode_top(data: bytes | mmap.mmap, path: Path):
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+# ---------------------------------------------------------------- decoding in chunks
+# A large file is decoded a few MB of events at a time, so the Structs of only one chunk are alive at once. The
+# split points are found by a byte search, which cannot tell JSON structure apart from string contents; the decoder
+# can: a chunk split anywhere but between two events of the array fails to decode (it ends inside a string or an
+# open object or array), and then the file is decoded in one piece as before.
+
+CHUNK_BYTES = 4 << 20  # small enough for a chunk's text and Structs to stay in the CPU caches
+_EVENTS_KEY = b'"traceEvents"'
+_JSON_BLANK_BYTES = b" \t\r\n"
+_JSON_BLANKS = re.compile(rb"[ \t\r\n]*")
+_EVENTS_VALUE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
+_KEY_BEFORE = re.compile(rb"[{,][ \t\r\n]*\Z")
+_EVENT_GAP = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # between two events, or inside a string: the decode tells
+# Stands in for the event array when the rest of the file is decoded; its odd spacing makes it recognisable.
+_ARRAY_STANDIN = b"[ \t\t ]"
+_TAIL_CANDIDATES = 8  # `]`s after a `}` tried, from the end, as the array's end
+_SPLIT_RETRIES = 8
+_CHUNK = msgspec.json.Decoder(list[Event])
+
+
+def _skeleton_struct() -> type:
+    fields = [(key, Any, msgspec.UNSET) for key in METADATA_KEYS]
+    return msgspec.defstruct("Trace", [("traceEvents", msgspec.Raw), *fields], gc=False)
+
+
+_SKELETON = msgspec.json.Decoder(_skeleton_struct())
+
+
+@dataclass(frozen=True)
+class EventArray:
+    """Where the event array lies in the text: its items are text[start:end]."""
+
+    start: int
+    end: int
+    metadata: dict[str, Any]
+    bare: bool  # the file is the array itself (legacy exporter)
+
+
+def find_event_array(text: bytes | mmap.mmap) -> EventArray | None:
+    """The traceEvents array and the top-level metadata, found without decoding the events; None when the
+    file does not look like a well-formed trace (the whole-file decode then says what is wrong)."""
+    first = _JSON_BLANKS.match(text).end()
+    if text[first : first + 1] == b"[":
+        last = _end_without_blanks(text)
+        if text[last - 1 : last] != b"]":
+            return None
+        return EventArray(first + 1, last - 1, {}, bare=True)
+    start = _events_key_end(text)
+    if start is None:
+        return None
+    head = text[: start - 1]
+    for end in _array_end_candidates(text, start):
+        try:
+            top = _SKELETON.decode(head + _ARRAY_STANDIN + text[end + 1 :])
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if bytes(top.traceEvents) == _ARRAY_STANDIN:
+            metadata = {key: getattr(top, key) for key in METADATA_KEYS if getattr(top, key) is not msgspec.UNSET}
+            return EventArray(start, end, metadata, bare=False)
+    return None
+
+
+def _array_end_candidates(text: bytes | mmap.mmap, start: int):
+    """From the end of the file back, the `]`s that may close the event array: those right after an event's `}`
+    (or the opening `[`). Keys after the array (kineto's "INFO" log lines) hold many other `]`s."""
+    end, tried = len(text), 0
+    while tried < _TAIL_CANDIDATES:
+        end = text.rfind(b"]", start, end)
+        if end < 0:
+            return
+        before = end
+        while before > start and text[before - 1] in _JSON_BLANK_BYTES:
+            before -= 1
+        if before == start or text[before - 1] == ord("}"):
+            tried += 1
+            yield end
+
+
+def _events_key_end(text: bytes | mmap.mmap, tries: int = 16) -> int | None:
+    """Offset just past the `[` that opens the value of a "traceEvents" key (one that follows `{` or `,`, so
+    not inside a string)."""
+    position = 0
+    for _ in range(tries):
+        position = text.find(_EVENTS_KEY, position)
+        if position < 0:
+            return None
+        value = _EVENTS_VALUE.match(text, position + len(_EVENTS_KEY))
+        if value and _KEY_BEFORE.search(text[max(0, position - 256) : position]):
+            return value.end()
+        position += len(_EVENTS_KEY)
+    return None
+
+
+def _end_without_blanks(text: bytes | mmap.mmap) -> int:
+    end = len(text)
+    while end > 0 and text[end - 1] in _JSON_BLANK_BYTES:
+        end -= 1
+    return end
+
+
+class NotChunkable(Exception):
+    """The file has to be decoded in one piece: odd values (lenient types), a break in the JSON, or a column
+    whose reading depends on all of its values (string thread ids)."""
+
+
+def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
+    """(events as strict Structs, start, end) for consecutive spans text[start:end] of the array, each about
+    CHUNK_BYTES long, in file order. Raises NotChunkable."""
+    chunk_bytes, start = CHUNK_BYTES, array.start
+    buffer = bytearray(2 * chunk_bytes)  # reused: fresh memory for every chunk costs a page fault per 4 KiB
+    while True:
+        end, next_start = _split_after(text, start + chunk_bytes, array.end)
+        for _ in range(_SPLIT_RETRIES):
+            if end - start + 2 > len(buffer):
+                buffer = bytearray(end - start + 2)
+            try:
+                with chunk_json(text, start, end, buffer) as chunk:
+                    events = _CHUNK.decode(chunk)
+                break
+            except msgspec.ValidationError:
+                raise NotChunkable from None
+            except msgspec.DecodeError:  # split inside a string, perhaps: try the next split point
+                if end == array.end:
+                    raise NotChunkable from None
+                end, next_start = _split_after(text, next_start, array.end)
+            except RecursionError:
+                raise NotChunkable from None
+        else:
+            raise NotChunkable
+        yield events, start, end
+        if end == array.end:
+            return
+        start = next_start
+
+
+def _split_after(text: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
+    """(end of a chunk, start of the next) at the first gap between two events after `at`; (end, end) if none."""
+    gap = _EVENT_GAP.search(text, at, end) if at < end else None
+    return (gap.start() + 1, gap.end() - 1) if gap else (end, end)
+
+
+def chunk_json(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray | None = None) -> memoryview:
+    """text[start:end] as a JSON array, written at the start of buffer (which must be large enough)."""
+    if buffer is None:
+        buffer = bytearray(end - start + 2)
+    chunk = memoryview(buffer)[: end - start + 2]
+    chunk[0], chunk[-1] = ord("["), ord("]")
+    with memoryview(text) as view:
+        chunk[1:-1] = view[start:end]
+    return chunk
 
 
 _BYTE_OFFSET = re.compile(r"\s*\(byte (\d+)\)\s*$")
@@ -341,9 +494,10 @@ def repair_unescaped_quotes(data: bytes) -> tuple[bytes, int]:
 
 
 LEGACY_CATEGORIES = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+LEGACY_NOTE = 'legacy exporter events (pid "CPU functions" / "CUDA functions") read as cpu_op / kernel'
 
 
-def _adopt_legacy_events(events: list) -> int:
+def adopt_legacy_events(events: list) -> int:
     """The legacy exporter (torch.autograd.profiler, a bare array) writes ops and kernels without a category, on pids
     "CPU functions" and "CUDA functions" (tid: the thread, or the kernel's device). Give them their categories."""
     adopted = 0

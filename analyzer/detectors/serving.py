@@ -1,0 +1,185 @@
+"""Serving: GPU idle time spent with the event loop parked or work handed between threads, each tied to the user
+code that yielded or handed over; and, for runs of the serve workload, each request's lifetime on the trace's
+clock next to the engine steps it took part in."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer import waits
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.gapcauses import EVENT_LOOP_IDLE, THREAD_HOP
+from analyzer.steps import step_ranges
+
+_MAX_ATTRIBUTED = 5000  # gaps attributed one by one; the rest only counted
+
+
+def detect(ctx: AnalysisContext) -> DetectorResult:
+    loop = _parked_sites(ctx, EVENT_LOOP_IDLE, waits.EVENT_LOOP_WAIT, same_thread=True)
+    hops = _parked_sites(ctx, THREAD_HOP, waits.HANDOFF_WAIT, same_thread=False)
+    requests = _requests(ctx)
+    data = {"event_loop_idle": loop, "thread_hops": hops, "requests": requests,
+            "steps": _steps_with_requests(ctx, requests), "latency": _latency(ctx)}
+    return DetectorResult("serving", data, tuple(_findings(ctx, loop, hops)))
+
+
+def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool) -> dict:
+    """Total idle of one cause, grouped by the user frame that let the thread park: for an event-loop wait, the
+    last user code that ran on the launching thread before it parked (the coroutine that awaited); for a hop, the
+    last user code on another thread before the launching thread woke (the code that handed the work over)."""
+    model, frames = ctx.model, ctx.model.frames
+    starts, ends, rows = [], [], []
+    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
+        sel = np.flatnonzero(cause == code)
+        starts.append(dev.idle_starts[sel])
+        ends.append(dev.idle_ends[sel])
+        rows.append(responsible[sel])
+    a = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    b = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+    launch = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    total = float((b - a).sum()) / 1e3
+    by_site: dict[str, dict] = {}
+    if len(a) and len(frames):
+        order = np.argsort(a - b, kind="stable")[:_MAX_ATTRIBUTED]  # the longest first
+        wait_rows = waits.matching_frames(model, pattern)
+        threads: dict[tuple[int, int], _ThreadFrames] = {}
+        for i in order.tolist():
+            key = (int(model.runtime.pid[launch[i]]), int(model.runtime.tid[launch[i]]))
+            if key not in threads:
+                threads[key] = _ThreadFrames(ctx, key, wait_rows)
+            site = threads[key].site(int(a[i]), int(b[i]), same_thread)
+            entry = by_site.setdefault(site, {"call_site": site, "count": 0, "idle_us": 0.0, "max_us": 0.0,
+                                              "occurrences": []})
+            d = (int(b[i]) - int(a[i])) / 1e3
+            entry["count"] += 1
+            entry["idle_us"] += d
+            entry["max_us"] = max(entry["max_us"], d)
+            if len(entry["occurrences"]) < 8:
+                entry["occurrences"].append((us(a[i]), us(b[i])))
+    sites = sorted(by_site.values(), key=lambda s: -s["idle_us"])
+    for s in sites:
+        s["idle_us"], s["max_us"] = round(s["idle_us"], 3), round(s["max_us"], 3)
+    return {"idle_us": round(total, 3), "count": int(len(a)), "sites": sites[:20]}
+
+
+class _ThreadFrames:
+    """One launching thread's waits, and the frames on it and on the other threads ordered by end time."""
+
+    def __init__(self, ctx: AnalysisContext, thread: tuple[int, int], wait_rows: np.ndarray):
+        self.ctx = ctx
+        frames = ctx.model.frames
+        on = (frames.pid == thread[0]) & (frames.tid == thread[1])
+        self.waits = wait_rows[on[wait_rows]]
+        self.own = _by_end(frames, np.flatnonzero(on))
+        self.others = _by_end(frames, np.flatnonzero(~on))
+
+    def site(self, a: int, b: int, same_thread: bool) -> str:
+        frames = self.ctx.model.frames
+        w = self.waits[(frames.start_ns[self.waits] < b) & (frames.end_ns[self.waits] > a)]
+        if not len(w):
+            return "(unknown)"
+        w = int(w[np.argmax(np.minimum(frames.end_ns[w], b) - np.maximum(frames.start_ns[w], a))])
+        if same_thread:  # what ran on this thread just before it parked
+            rows, ends = self.own
+            last = np.searchsorted(ends, frames.start_ns[w], side="right")
+        else:  # what ran on another thread before this one woke
+            rows, ends = self.others
+            last = np.searchsorted(ends, frames.end_ns[w], side="right")
+        recent = rows[max(0, last - 256): last][::-1].tolist()
+        index = self.ctx.frames
+        # a user frame that itself ended there (the coroutine that awaited, the code that submitted), else the
+        # user code around the most recent frame
+        for row in recent:
+            if index.user_frame_of(row) == row:
+                return index.name(row)
+        for row in recent:
+            if index.user_frame_of(row) >= 0:
+                return index.name(index.user_frame_of(row))
+        return index.name(recent[0]) if recent else "(unknown)"
+
+
+def _by_end(frames, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = rows[np.argsort(frames.end_ns[rows], kind="stable")]
+    return order, frames.end_ns[order]
+
+
+def _base_ns(ctx: AnalysisContext) -> int | None:
+    base = ctx.model.metadata.get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
+
+
+def _requests(ctx: AnalysisContext) -> list[dict]:
+    """Each request of the profiled session on the trace's clock (µs), from meta.json's wall-clock lifetimes."""
+    meta, base = ctx.meta, _base_ns(ctx)
+    lifetimes = meta.get("serving", "profiled", "lifetimes_unix_ns", default=[]) if meta else []
+    if base is None or not isinstance(lifetimes, list):
+        return []
+    out = []
+    for r in lifetimes:
+        if not isinstance(r, dict):
+            continue
+        times = {k: r.get(k) for k in ("arrived", "admitted", "first_token", "finished")}
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in times.values()):
+            continue
+        row = {"id": r.get("id"), "row": r.get("row"), "prompt_tokens": r.get("prompt_tokens"),
+               "output_tokens": r.get("output_tokens")}
+        row.update({f"{k}_us": us(v - base) for k, v in times.items()})
+        row["ttft_us"] = us(times["first_token"] - times["arrived"])
+        row["latency_us"] = us(times["finished"] - times["arrived"])
+        out.append(row)
+    return out
+
+
+def _steps_with_requests(ctx: AnalysisContext, requests: list[dict]) -> list[dict]:
+    """Per step: how many requests were in the batch (admitted before it began, not finished before it ended)."""
+    if not requests:
+        return []
+    steps = step_ranges(ctx.model)
+    admitted = np.array([r["admitted_us"] for r in requests]) * 1e3
+    finished = np.array([r["finished_us"] for r in requests]) * 1e3
+    out = []
+    for name, lo, hi in zip(steps.names, steps.cpu_start_ns.tolist(), steps.cpu_end_ns.tolist()):
+        out.append({"step": name, "in_batch": int(((admitted <= hi) & (finished >= lo)).sum()),
+                    "waiting": sum(1 for r in requests if r["arrived_us"] * 1e3 <= lo and r["admitted_us"] * 1e3 > lo)})
+    return out
+
+
+def _latency(ctx: AnalysisContext) -> dict | None:
+    """The capture's unprofiled per-request latency (authoritative: the profiler slows every step)."""
+    served = ctx.meta.get("serving", "unprofiled") if ctx.meta else None
+    if not isinstance(served, dict):
+        return None
+    keys = ("requests", "output_tokens", "ttft_ms", "tpot_ms", "latency_ms", "throughput_tokens_per_s",
+            "engine_steps", "mean_batch", "per_request")
+    return {k: served.get(k) for k in keys} | {"options": ctx.meta.get("serving", "options"),
+                                                "max_batch": ctx.meta.get("serving", "max_batch")}
+
+
+def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
+    window_us = ctx.timeline.window_ns / 1e3
+    out = []
+    if loop["count"]:
+        top = loop["sites"][0] if loop["sites"] else {"call_site": None, "occurrences": []}
+        out.append(Finding(
+            kind="event_loop_idle", severity=severity_for(loop["idle_us"], window_us),
+            title=f"GPU idle while the event loop was parked ({loop['count']} gaps), last code before it: "
+                  f"{top['call_site']}",
+            call_site=top["call_site"], impact_us=loop["idle_us"], count=loop["count"],
+            advice="The thread that launches GPU work sat in the event loop's selector (an `await asyncio.sleep(...)` "
+                   "or an await on I/O) with nothing queued on the GPU. Yield with `await asyncio.sleep(0)` between "
+                   "steps, or queue the next step before awaiting, so the GPU never waits on the loop's timer.",
+            detail={"sites": loop["sites"][:5]}, occurrences_us=tuple(top["occurrences"][:8])))
+    if hops["count"]:
+        top = hops["sites"][0] if hops["sites"] else {"call_site": None, "occurrences": []}
+        out.append(Finding(
+            kind="thread_hop", severity=severity_for(hops["idle_us"], window_us),
+            title=f"GPU idle while work was handed between threads ({hops['count']} hops), handed over at "
+                  f"{top['call_site']}",
+            call_site=top["call_site"], impact_us=hops["idle_us"], count=hops["count"],
+            advice="The next GPU work came from a thread that was parked (a worker pool's queue, a lock, a future) "
+                   "until another thread handed it over: every `asyncio.to_thread` / `run_in_executor` round trip "
+                   "adds a wake-up to the GPU's idle time. Launch from the loop's thread, or keep one dedicated "
+                   "thread looping over steps instead of a hand-off per step. Note: the profiler records ops only "
+                   "on the thread that started it, so the worker's ops are missing from this trace (its kernels "
+                   "and runtime calls are there).",
+            detail={"sites": hops["sites"][:5]}, occurrences_us=tuple(top["occurrences"][:8])))
+    return out
