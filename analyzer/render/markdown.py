@@ -6,6 +6,9 @@ from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 MAX_CHARS = 60_000
 MAX_STEP_ROWS = 24
 MAX_FINDINGS = 15
+MAX_REQUEST_ROWS = 24
+BASE_CAUSES = ("cpu_launch", "sync", "allocator", "other")
+CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop"}
 
 
 def _cell(text) -> str:
@@ -42,7 +45,8 @@ def headline(report: dict) -> str:
 
 
 def render_markdown(report: dict) -> str:
-    lines = _header(report) + _findings(report) + _steps(report) + _gap_details(report) + _sync_details(report)
+    lines = _header(report) + _findings(report) + _serving(report) + _steps(report) + _gap_details(report)
+    lines += _sync_details(report)
     lines += _allocator_details(report) + _hta(report)
     lines.append(f"<sub>gpu-idle-analyzer {report['tool']['version']} · analysis {report['analysis_seconds']} s"
                  f" · {_cell(report['source']['trace'])}</sub>")
@@ -88,15 +92,73 @@ def _steps(report: dict) -> list[str]:
     if not steps:
         return []
     shown = steps if len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + steps[-MAX_STEP_ROWS // 2:]
+    causes = _causes_shown(report)
     rows = [[s["step"], fmt_us(s["wall_us"]), fmt_us(s["busy_us"]), fmt_pct(s["gpu_utilization"]),
-             *(fmt_us(s["idle_by_cause_us"][c]) for c in ("cpu_launch", "sync", "allocator", "other")),
-             s["launches"]] for s in shown]
+             *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]] for s in shown]
     lines = [f"#### Per step ({len(steps)} steps, from {report['gaps']['step_source']})", ""]
-    lines += _table(["step", "wall", "GPU busy", "util", "idle: launch", "idle: sync", "idle: allocator",
-                     "idle: other", "launches"], rows)
+    lines += _table(["step", "wall", "GPU busy", "util", *(f"idle: {CAUSE_HEADERS.get(c, c)}" for c in causes),
+                     "launches"], rows)
     if len(shown) < len(steps):
         lines.append(f"_({len(steps) - len(shown)} middle steps omitted)_")
     return lines + [""]
+
+
+def _causes_shown(report: dict) -> list[str]:
+    """The four base causes always; the serving ones where this trace has them."""
+    by_cause = report["gaps"]["by_cause"]
+    return [*BASE_CAUSES, *(c for c in by_cause if c not in BASE_CAUSES and by_cause[c])]
+
+
+def _spread_ms(spread: dict | None) -> str:
+    if not spread:
+        return "–"
+    return f"p50 {spread['p50']:.1f} ms, p90 {spread['p90']:.1f} ms"
+
+
+def _serving(report: dict) -> list[str]:
+    serving = report.get("serving") or {}
+    latency = serving.get("latency")
+    loop, hops = serving.get("event_loop_idle") or {}, serving.get("thread_hops") or {}
+    if not latency and not loop.get("count") and not hops.get("count"):
+        return []
+    lines = ["#### Serving: per-request latency and per-step GPU utilization", ""]
+    if latency:
+        opts = latency.get("options") or {}
+        lines += [f"{latency['requests']} requests ({opts.get('arrival')} arrivals at {opts.get('rate')}/s, at most "
+                  f"{latency.get('max_batch')} in a batch; engine: yield {opts.get('yield_s')} s, to_thread "
+                  f"{opts.get('to_thread')}, token readback {opts.get('token_readback')}). Without the profiler: "
+                  f"TTFT {_spread_ms(latency.get('ttft_ms'))}; TPOT {_spread_ms(latency.get('tpot_ms'))}; "
+                  f"{latency.get('throughput_tokens_per_s')} output tokens/s; mean batch {latency.get('mean_batch')}"
+                  f" over {latency.get('engine_steps')} engine steps.", ""]
+    parked = [f"{name} {fmt_us(part['idle_us'])} in {part['count']} gaps"
+              + (f" (most after `{_cell(part['sites'][0]['call_site'])}`)" if part.get("sites") else "")
+              for name, part in (("event loop parked", loop), ("thread hand-offs", hops)) if part.get("count")]
+    if parked:
+        lines += ["GPU idle with the launching thread parked: " + "; ".join(parked) + ".", ""]
+    requests = (latency or {}).get("per_request") or []
+    if requests:
+        rows = [[r["id"], r["prompt_tokens"], r["output_tokens"], _ms(r["queue_ms"]), _ms(r["ttft_ms"]),
+                 _ms(r["tpot_ms"]), _ms(r["latency_ms"])] for r in requests[:MAX_REQUEST_ROWS]]
+        body = _table(["request", "prompt", "output", "queued", "TTFT", "TPOT", "latency"], rows)
+        if len(requests) > MAX_REQUEST_ROWS:
+            body.append(f"_({len(requests) - MAX_REQUEST_ROWS} more requests in report.json)_")
+        lines += _details(f"Per request, without the profiler ({len(requests)} requests)", body)
+    in_batch = {s["step"]: s for s in serving.get("steps") or []}
+    steps = [s for s in report["gaps"]["per_step"] if s["step"] in in_batch]
+    if steps:
+        shown = steps if len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + steps[-MAX_STEP_ROWS // 2:]
+        rows = [[s["step"], fmt_us(s["wall_us"]), fmt_pct(s["gpu_utilization"]), in_batch[s["step"]]["in_batch"],
+                 in_batch[s["step"]]["waiting"], fmt_us(s["idle_by_cause_us"].get("event_loop_idle")),
+                 fmt_us(s["idle_by_cause_us"].get("thread_hop")), fmt_us(s["idle_by_cause_us"].get("sync"))]
+                for s in shown]
+        body = _table(["step", "wall", "GPU util", "requests in batch", "waiting", "idle: event loop",
+                       "idle: thread hop", "idle: sync"], rows)
+        lines += _details(f"Per engine step, profiled ({len(steps)} steps)", body)
+    return lines
+
+
+def _ms(value) -> str:
+    return "–" if value is None else f"{value:.1f} ms"
 
 
 def _gap_details(report: dict) -> list[str]:
