@@ -1,7 +1,8 @@
 """`python -m dashboard [--traces DIR] [--host 127.0.0.1] [--port 8050]`: the Dash app over a folder of runs.
 
 Pages: `/` the run list, `/run/<run id>` one run, `/diff?before=<id>&after=<id>` two runs compared. All state
-lives in the URL and the server's caches (RunStore), so several tabs work side by side.
+lives in the URL and the server's caches (RunStore), so several tabs work side by side; `/_cache` says (as JSON)
+how much those caches hold against --cache-mb.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
     run.register(app, store)
     diff.register(app, store)
     downloads.register(app.server, store)
+    app.server.add_url_rule("/_cache", "cache_stats", store.cache_stats)
     return app
 
 
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              "machine only)")
     parser.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
     parser.add_argument("--cache-mb", type=int, default=1024,
-                        help="memory for loaded traces kept between requests (default: 1024)")
+                        help="memory in MB for loaded traces kept between requests, least recently used dropped first "
+                             "(default: 1024)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `python -m analyzer dashboard -- --port N` passes the separator along
         argv = argv[1:]

@@ -12,6 +12,7 @@ class SizedLru:
         self._size_of = size_of
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
+        self.peak_bytes = 0  # the most it held at once (after evicting)
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Any | None:
@@ -33,6 +34,7 @@ class SizedLru:
             while self._bytes > self.max_bytes and len(self._items) > 1:
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._bytes -= dropped
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
 
     @property
     def total_bytes(self) -> int:

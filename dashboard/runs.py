@@ -24,6 +24,9 @@ CACHE_DIR_NAME = ".gpu-idle-cache"
 PROBE_FULL_GZIP_BYTES = 16 << 20  # larger gzipped traces are only checked when analyzed
 REPORT_CACHE_ENTRIES = 16
 DISCOVERY_TTL_S = 1.0
+# Parsing a trace takes many times its model's memory for a while: loads wait for each other rather than add up
+# (eight tabs opening eight new runs would otherwise hold eight parses at once).
+TRACE_LOADS_AT_ONCE = 1
 REPORT_SCHEMA_PREFIX = b'"schema": "gpu-idle-analyzer/report/'
 
 
@@ -151,6 +154,7 @@ class RunStore:
         self.cache_root = self.root / CACHE_DIR_NAME
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
+        self._loads = threading.BoundedSemaphore(TRACE_LOADS_AT_ONCE)  # taken after a run lock, never before
         self._reports: OrderedDict[tuple, dict] = OrderedDict()
         self._memory_texts: dict[tuple, dict[str, str]] = {}  # reports that no folder would take
         self._errors: dict[tuple, str] = {}
@@ -302,7 +306,8 @@ class RunStore:
         with self._run_lock(run.run_id):  # two tabs opening the same new run analyze it once
             report = self.cached_report(run)
             if report is None:
-                report = self._analyze(run)
+                with self._loads:
+                    report = self._analyze(run)
         return report
 
     def _analyze(self, run: Run) -> dict:
@@ -357,6 +362,13 @@ class RunStore:
 
     # ------------------------------------------------------------ timeline
 
+    def cache_stats(self) -> dict:
+        """What the memory caches hold (GET /_cache): the timeline LRU against its byte limit, and reports."""
+        lru = self.timelines
+        return {"timelines": {"entries": len(lru), "bytes": lru.total_bytes, "peak_bytes": lru.peak_bytes,
+                              "limit_bytes": lru.max_bytes},
+                "reports": len(self._reports)}
+
     def timeline(self, run: Run):
         """The run's TimelineData (trace model, GPU timeline and gap causes), from the LRU or loaded now."""
         from analyzer.trace import TraceError, load_trace
@@ -369,11 +381,12 @@ class RunStore:
         with self._run_lock(run.run_id):
             data = self.timelines.get(key)
             if data is None:
-                try:
-                    model = load_trace(run.trace, cache=True)
-                except TraceError as exc:
-                    raise UsageError(str(exc)) from None
-                data = TimelineData(model, self.meta(run), report)
+                with self._loads:
+                    try:
+                        model = load_trace(run.trace, cache=True)
+                    except TraceError as exc:
+                        raise UsageError(str(exc)) from None
+                    data = TimelineData(model, self.meta(run), report)
                 self.timelines.put(key, data)
         return data
 

@@ -316,11 +316,63 @@ def build() -> dict:
                                     # a CUDA graph launch owns many kernels under one correlation id: no warning
                                     "rank1.trace.json.gz": report(rank1["traceEvents"], None)}},
         "a folder with two rank traces: one report folder each")
+    meta_entries(item, add)
     write("bad_rank/rank0.trace.json.gz", kineto_text(graph))
     write("bad_rank/rank1.trace.json.gz", gzip.compress(kineto_text(graph).encode(), 9, mtime=0)[:3000], gz=False)
     add("bad_rank", error("rank1.trace.json.gz: corrupt or truncated gzip"),
         "two ranks, the second truncated: no report at all, not even the first rank's")
     return entries
+
+
+META_RUN = {"model": "qwen2-0.5b", "device": "NVIDIA H200", "batch_size": 1, "mode": "eager"}
+
+
+def compact_meta() -> dict:
+    """The fixture's meta.json without the parts the analyzer never reads (the corpus stays small)."""
+    meta = json.loads((FIX / "item_sync" / "meta.json").read_text())
+    for key in ("command", "memory_per_step", "sample_tokens"):
+        meta.pop(key, None)
+    meta["unprofiled"].pop("per_step_ms", None)
+    meta["profiled"] = {"memory_stats_delta": {k: v for k, v in meta["profiled"]["memory_stats_delta"].items()
+                                               if k.endswith(".all.allocated")}}
+    return meta
+
+
+def meta_entries(item: dict, add) -> None:
+    """Run folders (a valid trace, rank0.trace.json.gz) whose meta.json is odd: the report is made all the same,
+    and one `warning: RUN/meta.json: ...` line names what was ignored."""
+    trace = kineto_text(item)
+
+    def run(name: str, meta: str | bytes | None, meta_warning: str | None, run_info: dict | None,
+            step_time: bool, description: str) -> None:
+        write(f"{name}/rank0.trace.json.gz", trace)
+        if meta is not None:
+            write(f"{name}/meta.json", meta)
+        add(name, report(item["traceEvents"], meta_warning_contains=meta_warning, run=run_info,
+                         step_time=step_time), description)
+
+    good = json.dumps(compact_meta(), indent=1)
+    run("meta_missing", None, None, None, False, "a run folder whose capture wrote no meta.json (optional)")
+    run("meta_not_json", good[:300], "ignored: not readable JSON", None, False,
+        "meta.json cut mid-object: ignored whole")
+    run("meta_is_list", json.dumps([compact_meta()]), "ignored: a list, not a JSON object", None, False,
+        "meta.json holding a list (of the right object): ignored whole")
+    wrong = compact_meta()
+    wrong["unprofiled"]["steps"] = "16"
+    wrong["unprofiled"]["step_ms"]["p50"] = "1.618"
+    wrong["environment"] = "NVIDIA H200"
+    wrong["workload"]["batch_size"] = 1.5
+    wrong["mode_comparison"] = {"eager_step_ms": 1.6}
+    wrong["sync_sites"] = [*wrong.get("sync_sites", []), "decode.py:12"]
+    run("meta_wrong_types", json.dumps(wrong, indent=1), "ignored unprofiled.steps (a string, not an integer)",
+        dict(META_RUN, device=None, batch_size=None), False,
+        "steps and the step time p50 as strings, environment a string, batch size 1.5, mode_comparison without "
+        "its graph timing, a string among sync_sites: those are ignored, the rest is used")
+    unknown = compact_meta()
+    unknown["written_by_a_newer_capture"] = {"anything": [1, 2]}
+    unknown["workload"]["new_knob"] = True
+    run("meta_unknown_keys", json.dumps(unknown, indent=1), None, META_RUN, True,
+        "keys the analyzer does not read (a newer capture's): kept, ignored without a warning")
 
 
 def legacy_export(events: list) -> list:

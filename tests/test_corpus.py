@@ -1,7 +1,7 @@
 """The committed corpus of bad and odd traces (tests/corpus/, made by tests/make_corpus.py): `python -m analyzer
 analyze` gives exactly the outcome manifest.json records for each entry. A report: exit 0, report.* written, the
-expected counts, and one `warning:` line on stderr (or none). An error: exit 2, one stderr line naming the file and
-the problem, and no report.* file anywhere."""
+expected counts, and one `warning:` line on stderr (or none), plus one for a run folder's meta.json when part of it
+was ignored. An error: exit 2, one stderr line naming the file and the problem, and no report.* file anywhere."""
 import gzip
 import json
 import shutil
@@ -53,6 +53,7 @@ def test_manifest_lists_every_corpus_entry():
     assert on_disk == set(ENTRIES)
     outcomes = [e["outcome"] for e in ENTRIES.values()]
     assert outcomes.count("report") >= 10 and outcomes.count("error") >= 8
+    assert sum(name.startswith("meta_") for name in ENTRIES) >= 5
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -81,13 +82,35 @@ def test_cli_outcome_matches_manifest(cli, tmp_path, name):
             check_counts(report, counts)
             check_warning(stderr, trace, counts["warning_contains"], report)
         return
-    out = path.parent / (path.name.removesuffix(".gz").removesuffix(".json") + ".report")
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    if path.is_dir():  # a run folder: one trace, its reports beside it
+        trace, out = path / "rank0.trace.json.gz", path
+    else:
+        trace, out = path, path.parent / (path.name.removesuffix(".gz").removesuffix(".json") + ".report")
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("report.")) == [
+        "report.html", "report.json", "report.md"]
     report = json.loads((out / "report.json").read_text())
-    assert len(stderr) == (expected["warning_contains"] is not None), stderr
-    check_warning(stderr, path, expected["warning_contains"], report)
+    meta_warning = expected.get("meta_warning_contains")
+    assert len(stderr) == (expected["warning_contains"] is not None) + (meta_warning is not None), stderr
+    check_warning(stderr, trace, expected["warning_contains"], report)
     check_counts(report, expected)
-    assert f"trace:   {path}" in result.stdout
+    assert f"trace:   {trace}" in result.stdout
+    if "run" in expected:
+        check_meta(stderr, path / "meta.json", meta_warning, report, expected)
+
+
+def check_meta(stderr_lines: list[str], meta: Path, expected_warning: str | None, report: dict, expected: dict):
+    """What a run folder's meta.json gave: one warning line naming what was ignored, the run facts kept."""
+    lines = [line for line in stderr_lines if str(meta) in line]
+    if expected_warning is None:
+        assert lines == [] and report["source"]["meta_warnings"] == []
+    else:
+        assert len(lines) == 1 and lines[0].startswith(f"warning: {meta}: ") and expected_warning in lines[0]
+        assert report["source"]["meta_warnings"]
+    if expected["run"] is None:
+        assert report["run"] is None
+    else:
+        assert {k: report["run"][k] for k in expected["run"]} == expected["run"]
+    assert ("step_time_us" in report["summary"]) == expected["step_time"]
 
 
 def test_corpus_is_what_make_corpus_writes(tmp_path):

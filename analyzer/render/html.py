@@ -9,11 +9,12 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analyzer.gapcauses import CAUSES
 from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 
-CAUSES = ("cpu_launch", "sync", "allocator", "other")
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "other": "#999999"}
+CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "other": "#999999",
+                "event_loop_idle": "#56B4E9", "thread_hop": "#F0E442"}
 BUSY_COLOR = "#0072B2"
 RESERVED_COLOR = "#009E73"
 ALLOCATED_COLOR = "#56B4E9"

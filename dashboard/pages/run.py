@@ -91,6 +91,8 @@ def _header(report: dict, run_id: str) -> html.Header:
         html.P(["Step time: ", *step], className="summary"),
         html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items()], className="chips"),
         html.P(s["note"], className="note") if s.get("note") else None,
+        *[html.P(f"meta.json: {w}", className="note meta-warning")
+          for w in (report.get("source") or {}).get("meta_warnings") or []],
         html.Div([html.A("report.md", href=download_href(run_id, "report.md"), className="button", download=""),
                   html.A("report.html", href=download_href(run_id, "report.html"), className="button", download=""),
                   html.A("raw trace", href=download_href(run_id, "trace"), className="button", download="")],

@@ -79,7 +79,8 @@ class Attention(nn.Module):
         # query rows of that head ([b, kv_heads, group * t, d]); `mask` rows are tiled to match.
         q = q.reshape(b, self.num_kv_heads, -1, self.head_dim)
         out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
-        out = out.view(b, self.num_heads, t, self.head_dim).transpose(1, 2).reshape(b, t, -1)
+        # reshape, not view: the memory-efficient SDPA kernel may return strides a view cannot express
+        out = out.reshape(b, self.num_heads, t, self.head_dim).transpose(1, 2).reshape(b, t, -1)
         return F.linear(out, self.o_proj.weight)
 
 
