@@ -79,6 +79,8 @@ SCHEMA: tuple[Field, ...] = (
           "`.item()` per request", choices=("batched", "item")),
     Field("serve.warmup_sessions", int, 1, "serve script: unrecorded replays of the same traffic before timing (every "
           "prompt length seen once, so no first-call costs land in the timed or profiled sessions)", minimum=0),
+    Field("serve.timed_sessions", int, 3, "serve script: unprofiled sessions of the same traffic; the one of median "
+          "throughput is reported, with every session's figures beside it", minimum=1),
     Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
           "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
 )
