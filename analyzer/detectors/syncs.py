@@ -78,16 +78,18 @@ def _blocking_events(ctx: AnalysisContext) -> list[list[int]]:
     rows = sorted(set(syncs) | blocking_copies, key=lambda r: rt.start_ns[r])
     # D2H copies into pinned memory do not block by themselves but say what the following sync was for
     groups: list[list[int]] = []
-    pending_copy: dict[int, list[int]] = defaultdict(list)  # op row -> blocking copies not yet followed by a sync
+    # op row (or, on a thread the profiler records no ops for, the Python frame) -> blocking copies not yet followed
+    # by a sync
+    pending_copy: dict[tuple[str, int], list[int]] = defaultdict(list)
     for r in rows:
-        op = int(rt.op[r])
-        if r in blocking_copies:
-            if op >= 0:
-                pending_copy[op].append(r)
-            else:
-                groups.append([r])
+        key = ("op", int(rt.op[r])) if rt.op[r] >= 0 else ("frame", int(rt.frame[r]))
+        if key[1] < 0:
+            groups.append([r])
             continue
-        groups.append(pending_copy.pop(op, []) + [r] if op >= 0 else [r])
+        if r in blocking_copies:
+            pending_copy[key].append(r)
+            continue
+        groups.append(pending_copy.pop(key, []) + [r])
     for copies in pending_copy.values():
         groups.extend([c] for c in copies)
     groups.sort(key=lambda g: rt.start_ns[g[0]])
