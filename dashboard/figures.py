@@ -13,7 +13,7 @@ from analyzer import apis
 from analyzer.gapcauses import CAUSES
 from analyzer.render.html import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS,
                                   mem_unit)
-from dashboard.timeline import LaneView, TimelineData, TimelineView
+from dashboard.timeline import REQUEST_STATES, LaneView, TimelineData, TimelineView
 
 STATE_COLORS = {
     "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in CAUSES},
@@ -21,6 +21,7 @@ STATE_COLORS = {
     "launch call": "#56B4E9", "blocking sync call": CAUSE_COLORS["sync"],
     "cudaMalloc/cudaFree": CAUSE_COLORS["allocator"], "other runtime call": "#BBBBBB",
     "step": STEP_COLORS[0], "step ": STEP_COLORS[1],
+    "waiting": "#DDCC77", "prefill to first token": "#AA4499", "decoding": "#332288",
 }
 SYNC_MARKER = "host sync call"
 LANE_HALF = 0.4  # of the 1-unit lane pitch
@@ -220,8 +221,9 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> di
         domains.append([max(0.0, top - h / plot_px), top])
         top -= (h + gap_px) / plot_px
     traces: list[dict] = []
+    requests = list(REQUEST_STATES) if data.requests else []
     _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", "launch call",
-                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call"])
+                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call", *requests])
     lo, hi = view.lo, view.hi
     labels = {1: [], 2: []}
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):

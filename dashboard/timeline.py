@@ -2,7 +2,8 @@
 reducing it to what one zoom level shows.
 
 Lanes: GPU busy / idle by cause per device (the analyzer's GpuTimeline and gap causes), kernels / memcpy / memset
-per stream, CUDA runtime calls per CPU thread, and steps. A view holds, per lane, the share of each of BINS
+per stream, CUDA runtime calls per CPU thread, steps, and for serving runs the requests (waiting, then in their
+batch row from admission to the last token, as the analyzer placed them on the trace clock). A view holds, per lane, the share of each of BINS
 equal bins covered by each state (exact at any zoom: a bin narrower than an interval is all one state), plus the
 intervals themselves for hover when at most EXACT_LIMIT of them are visible; host sync and cudaMalloc/cudaFree
 calls as markers (the longest MARKER_LIMIT); the memory curves thinned to first/min/max/last sample per bin.
@@ -37,6 +38,8 @@ NAME_CHARS = 90
 DEVICE_STATES = ("busy", *(f"idle: {c}" for c in CAUSES))
 STREAM_STATES = ("kernel", "memcpy", "memset")
 CPU_STATES = ("launch call", "blocking sync call", "cudaMalloc/cudaFree", "other runtime call")
+REQUEST_STATES = ("waiting", "prefill to first token", "decoding")
+REQUEST_ROW_LANES = 16  # batch rows with a lane of their own; requests in higher rows share one
 STEP_STATES = ("step", "step ")  # alternate shades; the trailing space keeps the legend groups apart
 
 
@@ -160,10 +163,11 @@ class TimelineData:
         self._sites: dict[int, str] = {}
         self._ops: dict[int, str] = {}
         self.steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s.get("ts_us") is not None]
+        self.requests = (report.get("serving") or {}).get("requests") or []
         classes = apis.runtime_classes(model)
         blocking = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         blocking[apis.blocking_copy_rows(model)] = True
-        self.gpu_lanes = [self._steps_lane(), *self._device_and_stream_lanes()]
+        self.gpu_lanes = [self._steps_lane(), *self._request_lanes(), *self._device_and_stream_lanes()]
         self.cpu_lanes = self._cpu_lanes(classes, blocking)
         rt = model.runtime
         self.sync_rows = np.flatnonzero(blocking)
@@ -202,6 +206,32 @@ class TimelineData:
         n = len(self.steps)
         return Lane("steps", "steps", "steps", STEP_STATES, starts, starts + wall * 1e3,
                     np.arange(n) % 2, np.arange(n))
+
+    def _request_lanes(self) -> list[Lane]:
+        """One lane of waiting requests, then one per batch row: prefill to first token, then decoding."""
+        reqs = self.requests
+        if not reqs:
+            return []
+
+        def at(key: str) -> np.ndarray:
+            return (np.array([r[key] for r in reqs], np.float64) - self.t0_us) * 1e3
+
+        arrived, admitted, first, finished = at("arrived_us"), at("admitted_us"), at("first_token_us"), at(
+            "finished_us")
+        index = np.arange(len(reqs))
+        lanes = [Lane("requests waiting", "requests waiting", "request", REQUEST_STATES, arrived, admitted,
+                      np.zeros(len(reqs), np.int64), index)]
+        rows = np.array([r["row"] if isinstance(r.get("row"), int) else -1 for r in reqs])
+        shown = sorted(set(rows[(rows >= 0) & (rows < REQUEST_ROW_LANES)].tolist()))
+        groups = [(f"batch row {row}", rows == row) for row in shown]
+        if (rows >= REQUEST_ROW_LANES).any():
+            groups.append((f"batch rows {REQUEST_ROW_LANES}+", rows >= REQUEST_ROW_LANES))
+        for label, mask in groups:
+            sel = index[mask]
+            lanes.append(Lane(label, label, "request", REQUEST_STATES,
+                              np.concatenate([admitted[sel], first[sel]]), np.concatenate([first[sel], finished[sel]]),
+                              np.repeat([1, 2], len(sel)), np.concatenate([sel, sel])))
+        return lanes
 
     def _device_and_stream_lanes(self) -> list[Lane]:
         model, gpu = self.model, self.model.gpu
@@ -335,6 +365,12 @@ class TimelineData:
             op = self.op(ref)
             return "<br>".join([f"<b>{esc(self.name(int(self.model.runtime.name[ref])))}</b>",
                                 f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(ref))}"])
+        if lane.kind == "request":
+            r = self.requests[ref]
+            return (f"<b>request {esc(str(r.get('id')))}</b> {esc(state)}<br>prompt {r.get('prompt_tokens')} tokens, "
+                    f"{r.get('output_tokens')} output tokens, batch row {r.get('row')}<br>queued "
+                    f"{fmt_us(r['admitted_us'] - r['arrived_us'])}, TTFT {fmt_us(r.get('ttft_us'))}, latency "
+                    f"{fmt_us(r.get('latency_us'))} (profiled)")
         step = self.steps[ref]
         causes = step.get("idle_by_cause_us") or {}
         idle = ", ".join(f"{c} {fmt_us(v)}" for c, v in causes.items() if v)

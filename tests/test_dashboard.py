@@ -335,3 +335,30 @@ def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
     for lv in view.lanes:
         assert lv.shares.shape[0] == BINS and (lv.rows is None or len(lv.rows) <= EXACT_LIMIT)
     assert len(view.syncs.rows) <= MARKER_LIMIT and all(len(m.ts) <= 4 * BINS + 2 for m in view.memory)
+
+
+def test_serving_run_shows_request_lifetimes_as_lanes_on_the_shared_axis():
+    from analyzer.runmeta import read_meta
+    from analyzer.trace import load_trace
+    from dashboard.figures import timeline_figure
+    from dashboard.timeline import TimelineData
+    run = REPO / "tests" / "fixtures" / "h200_serve" / "serve"
+    report = build_report(resolve_inputs(run)[0])
+    data = TimelineData(load_trace(run / "rank0.trace.json.gz"), read_meta(run / "meta.json"), report)
+    requests = report["serving"]["requests"]
+    rows = sorted({r["row"] for r in requests})
+    lanes = [lane for lane in data.gpu_lanes if lane.kind == "request"]
+    assert [lane.label for lane in lanes] == ["requests waiting", *(f"batch row {r}" for r in rows)]
+    lo, hi = data.full_range()
+    view = data.view(lo, hi)
+    width_us = (hi - lo) / BINS / 1e3
+    for lane_view in view.lanes:
+        if lane_view.lane.kind != "request" or lane_view.lane.label == "requests waiting":
+            continue
+        row = int(lane_view.lane.label.rsplit(" ", 1)[1])
+        decoding_us = sum(r["finished_us"] - r["first_token_us"] for r in requests if r["row"] == row)
+        assert lane_view.shares[:, 2].sum() * width_us == pytest.approx(decoding_us, rel=1e-3)
+    figure = timeline_figure(data, view)
+    assert "batch row 0" in figure["layout"]["yaxis"]["ticktext"]
+    hover = data.hover_key(lanes[1], 0)
+    assert "TTFT" in hover and "request" in hover
