@@ -17,8 +17,8 @@ def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -
     meta = read_meta(item.meta) if item.meta else None
     try:
         from analyzer.progress import Ticker
-        with Ticker(f"parsing {item.trace.name}", item.trace.stat().st_size):
-            model = load_trace(item.trace, cache=cache)
+        with Ticker(f"parsing {item.trace.name}", item.trace.stat().st_size) as ticker:
+            model = load_trace(item.trace, cache=cache, progress=ticker.update)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr

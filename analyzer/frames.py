@@ -51,21 +51,11 @@ class FrameIndex:
 
     def __init__(self, model: TraceModel):
         self.model = model
-        names = model.names
         frames = model.frames
-        user_name = np.fromiter((is_user_frame(names[c]) for c in frames.name.tolist()), dtype=bool,
-                                count=len(frames))
-        nearest = np.full(len(frames), -1, dtype=np.int64)
-        # parents come before children in start order, so one forward pass resolves every chain
-        order = np.argsort(frames.start_ns, kind="stable")
-        parent = frames.parent
-        for row in order.tolist():
-            if user_name[row]:
-                nearest[row] = row
-            else:
-                p = parent[row]
-                nearest[row] = nearest[p] if p >= 0 else -1
-        self.user_frame = nearest
+        codes = np.unique(frames.name)
+        user_code = np.zeros(len(model.names), dtype=bool)
+        user_code[codes] = [is_user_frame(model.names[c]) for c in codes.tolist()]
+        self.user_frame = _nearest_marked(user_code[frames.name], frames.parent, frames.start_ns)
 
     def user_frame_of(self, frame_row: int) -> int:
         return int(self.user_frame[frame_row]) if frame_row >= 0 else -1
@@ -76,6 +66,20 @@ class FrameIndex:
     def context(self, frame_row: int, limit: int = 6) -> list[str]:
         """The frame chain from `frame_row` outwards (innermost first), at most `limit` names."""
         return self.model.frame_chain(frame_row, limit) if frame_row >= 0 else []
+
+
+def _nearest_marked(marked: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row: the row itself when marked, else its nearest marked ancestor, -1 if none. Only a parent that starts
+    earlier (ties: comes first) counts, as in one forward pass in start order; so chains have no cycles and pointer
+    jumping ends after about log2(depth) rounds."""
+    rows = np.arange(len(marked))
+    rank = np.empty(len(marked), dtype=np.int64)
+    rank[np.argsort(start, kind="stable")] = rows
+    linked = (parent >= 0) & (rank[np.maximum(parent, 0)] < rank)
+    pointer = np.where(marked, rows, np.where(linked, parent, -1))
+    while len(pending := np.flatnonzero((pointer >= 0) & ~marked[np.maximum(pointer, 0)])):
+        pointer[pending] = pointer[pointer[pending]]
+    return pointer
 
 
 def outermost_op(model: TraceModel, op_row: int) -> int:

@@ -47,13 +47,22 @@ class Progress:
 
 
 class Ticker:
-    """`with Ticker("parsing x.json", size_bytes):` shows elapsed time (and, at the end, MB/s) on a terminal while
-    one long call runs; silent when stderr is not a terminal or the work is small."""
+    """`with Ticker("parsing x.json", size_bytes) as ticker:` keeps one line on stderr up to date while a long call
+    runs: elapsed time, and once the call reports its progress through `ticker.update(done, total)` (bytes), a bar,
+    the share done and the throughput. Silent when stderr is not a terminal or the work is small."""
 
-    def __init__(self, label: str, size_bytes: int = 0, stream=None, min_bytes: int = 32 << 20):
-        self.label, self.size = label, size_bytes
+    def __init__(self, label: str, size_bytes: int = 0, stream=None, min_bytes: int = 32 << 20, width: int = 24):
+        self.label, self.size, self.width = label, size_bytes, width
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() and size_bytes >= min_bytes
+        self.done = self.total = 0
+        self.read_in = 0.0  # seconds until all bytes were read (the rest of the work builds tables)
+
+    def update(self, done: int, total: int) -> None:
+        """Called by the work itself (from its own thread): the line is redrawn by the ticker's thread."""
+        self.done, self.total = done, total
+        if done >= total and not self.read_in:
+            self.read_in = time.perf_counter() - self.started
 
     def __enter__(self):
         import threading
@@ -66,8 +75,19 @@ class Ticker:
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
-            self.stream.write(f"\r  {self.label} ({self.size / 1e6:,.0f} MB) {time.perf_counter() - self.started:5.1f} s")
+            self.stream.write(f"\r  {self._line(time.perf_counter() - self.started)}\033[K")
             self.stream.flush()
+
+    def _line(self, elapsed: float) -> str:
+        if not self.total:
+            return f"{self.label} ({self.size / 1e6:,.0f} MB) {elapsed:5.1f} s"
+        share = min(self.done / self.total, 1.0)
+        filled = int(self.width * share)
+        bar = "#" * filled + "-" * (self.width - filled)
+        rate = self.done / 1e6 / max(self.read_in or elapsed, 1e-9)
+        then = ", building tables" if self.read_in else ""
+        return (f"{self.label} [{bar}] {100 * share:3.0f}% {self.done / 1e6:,.0f}/{self.total / 1e6:,.0f} MB "
+                f"{rate:,.0f} MB/s {elapsed:5.1f} s{then}")
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -75,6 +95,6 @@ class Ticker:
             self._thread.join()
             elapsed = time.perf_counter() - self.started
             self.stream.write(f"\r  {self.label} ({self.size / 1e6:,.0f} MB) {elapsed:5.1f} s, "
-                              f"{self.size / 1e6 / max(elapsed, 1e-9):,.0f} MB/s\n")
+                              f"{self.size / 1e6 / max(elapsed, 1e-9):,.0f} MB/s\033[K\n")
             self.stream.flush()
         return False

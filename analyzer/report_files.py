@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
+
 from analyzer.analysis import REPORT_SCHEMA
 from analyzer.errors import UsageError
 
@@ -44,8 +46,14 @@ def write_reports(out_dir: Path, contents: dict[str, str]) -> list[Path]:
 
 
 def report_json_text(report: dict) -> str:
+    """json.dumps(report, indent=1): compact JSON from the C encoder, indented by msgspec (several times faster
+    than the pure-Python encoder that indent selects; the same text, unless NaN, which msgspec rejects, is in it)."""
     assert report["schema"] == REPORT_SCHEMA
-    return json.dumps(report, indent=1, default=_jsonable) + "\n"
+    compact = json.dumps(report, default=_jsonable)
+    try:
+        return msgspec.json.format(compact, indent=1) + "\n"
+    except msgspec.DecodeError:
+        return json.dumps(report, indent=1, default=_jsonable) + "\n"
 
 
 def _jsonable(value):

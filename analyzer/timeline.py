@@ -63,6 +63,20 @@ def overlap_ns(starts, ends, lo: int, hi: int) -> int:
     return int((e - s).sum())
 
 
+def overlaps_ns(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """overlap_ns for many windows [lo, hi) at once: covered length before hi minus covered length before lo."""
+    if len(starts) == 0:
+        return np.zeros(len(lo), dtype=np.int64)
+    covered = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def covered_before(t: np.ndarray) -> np.ndarray:
+        last = np.searchsorted(starts, t, side="right") - 1  # the last interval starting at or before t
+        at = np.maximum(last, 0)
+        return np.where(last >= 0, covered[at] + np.minimum(ends[at], t) - starts[at], 0)
+
+    return np.where(hi > lo, covered_before(hi) - covered_before(lo), 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceTimeline:
     device: int

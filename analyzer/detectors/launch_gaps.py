@@ -11,7 +11,7 @@ from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, se
 from analyzer.frames import site_label
 from analyzer.gapcauses import CAUSES, CPU_LAUNCH, OTHER
 from analyzer.steps import step_ranges
-from analyzer.timeline import overlap_ns
+from analyzer.timeline import overlaps_ns
 
 _SITE_FRAME, _SITE_OP, _SITE_API, _SITE_NONE = range(4)
 
@@ -207,15 +207,19 @@ def _per_step(ctx: AnalysisContext, steps, gaps) -> list[dict]:
     out = []
     rt = model.runtime
     launches = np.sort(rt.start_ns[rt.gpu >= 0])
-    by_cause = [(c, dev.idle_starts[cause == code], dev.idle_ends[cause == code])
-                for dev, cause, _ in gaps for code, c in enumerate(CAUSES)]
+    lo_ns, hi_ns = np.asarray(steps.lo_ns, dtype=np.int64), np.asarray(steps.hi_ns, dtype=np.int64)
+    busy_ns = sum((overlaps_ns(d.busy_starts, d.busy_ends, lo_ns, hi_ns) for d in timeline.devices),
+                  np.zeros(len(lo_ns), dtype=np.int64)).tolist()
+    idle_ns = {c: np.zeros(len(lo_ns), dtype=np.int64) for c in CAUSES}
+    for dev, cause, _ in gaps:
+        for code, c in enumerate(CAUSES):
+            idle_ns[c] += overlaps_ns(dev.idle_starts[cause == code], dev.idle_ends[cause == code], lo_ns, hi_ns)
+    idle_ns = {c: values.tolist() for c, values in idle_ns.items()}
+    launch_counts = (np.searchsorted(launches, steps.cpu_end_ns) - np.searchsorted(launches, steps.cpu_start_ns))
     for k, name in enumerate(steps.names):
         lo, hi = int(steps.lo_ns[k]), int(steps.hi_ns[k])
-        busy = sum(overlap_ns(d.busy_starts, d.busy_ends, lo, hi) for d in timeline.devices)
-        idle = {c: 0 for c in CAUSES}
-        for c, starts, ends in by_cause:
-            idle[c] += overlap_ns(starts, ends, lo, hi)
-        n_launch = int(np.searchsorted(launches, steps.cpu_end_ns[k]) - np.searchsorted(launches, steps.cpu_start_ns[k]))
+        busy = busy_ns[k]
+        idle = {c: idle_ns[c][k] for c in CAUSES}
         inside = sum(max(0, min(hi, d.window_end_ns) - max(lo, d.window_start_ns)) for d in timeline.devices)
         span = (hi - lo) * max(len(timeline.devices), 1)
         out.append({
@@ -224,7 +228,7 @@ def _per_step(ctx: AnalysisContext, steps, gaps) -> list[dict]:
             "busy_us": us(busy), "idle_us": us(sum(idle.values())),
             "outside_gpu_window_us": us(span - inside),
             "idle_by_cause_us": {c: us(v) for c, v in idle.items()},
-            "gpu_utilization": round(busy / (hi - lo), 4) if hi > lo else None, "launches": n_launch,
+            "gpu_utilization": round(busy / (hi - lo), 4) if hi > lo else None, "launches": int(launch_counts[k]),
         })
     return out
 

@@ -2,19 +2,21 @@
 GPU timeline sharing one time axis with the memory curves, per-step bars and the supporting tables."""
 from __future__ import annotations
 
+import base64
+import functools
 import html
+import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
-from plotly.subplots import make_subplots
 
 from analyzer.gapcauses import CAUSES
 from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "other": "#999999",
-                "event_loop_idle": "#56B4E9", "thread_hop": "#F0E442"}
+                "event_loop_idle": "#882255", "thread_hop": "#44AA99"}  # Paul Tol's wine and teal: no clash
 BUSY_COLOR = "#0072B2"
 RESERVED_COLOR = "#009E73"
 ALLOCATED_COLOR = "#56B4E9"
@@ -48,9 +50,17 @@ def _esc(value) -> str:
 
 
 # ---------------------------------------------------------------- figures
+# Figures are plain dicts in plotly.js's JSON schema, written as make_subplots and go.Figure would write them:
+# building them through plotly.graph_objects validates every property and costs more than the analysis.
 
-def build_figures(report: dict) -> tuple[go.Figure, go.Figure]:
-    """(timeline_fig, steps_fig): GPU activity over memory on one shared time axis, and per-step bars."""
+def build_figures(report: dict):
+    """(timeline_fig, steps_fig) as plotly Figures: GPU activity over memory on one shared time axis, and
+    per-step bars. The page itself is rendered from figure_dicts(report)."""
+    import plotly.graph_objects as go
+    return tuple(go.Figure(figure) for figure in figure_dicts(report))
+
+
+def figure_dicts(report: dict) -> tuple[dict, dict]:
     return _timeline_figure(report), _steps_figure(report)
 
 
@@ -79,7 +89,7 @@ def _x(t_us: float, t0: float) -> float:
 
 def _segments(intervals, t0: float) -> tuple[np.ndarray, np.ndarray]:
     """Line x values (s, e, NaN per interval: NaN breaks the line) and the interval midpoints for hover markers.
-    numpy arrays travel to plotly.js as compact base64 instead of validated Python lists."""
+    numpy arrays travel to plotly.js as compact base64 instead of lists of numbers."""
     if not len(intervals):
         return np.empty(0), np.empty(0)
     arr = np.array([(iv[0], iv[1]) for iv in intervals], dtype=float)
@@ -88,15 +98,23 @@ def _segments(intervals, t0: float) -> tuple[np.ndarray, np.ndarray]:
     return xs, (s + e) / 2
 
 
-def _lane(fig, intervals, t0, y, color, name, meta, legend_shown, **hover):
-    """One colour of a lane: a thick line with None separators (x alone breaks the line), plus invisible
+def _scatter(row: int | None = None, **properties) -> dict:
+    """A scatter trace; row 1 or 2 puts it on that subplot of the timeline."""
+    trace = {**properties, "type": "scatter"}
+    if row:
+        trace["xaxis"], trace["yaxis"] = ("x", "y") if row == 1 else (f"x{row}", f"y{row}")
+    return trace
+
+
+def _lane(data: list, intervals, t0, y, color, name, meta, legend_shown, **hover) -> None:
+    """One colour of a lane: a thick line with NaN separators (x alone breaks the line), plus invisible
     midpoint markers that carry the hover, since lines only hover at their vertices."""
     xs, mids = _segments(intervals, t0)
-    fig.add_trace(go.Scatter(x=xs, y=np.full(len(xs), float(y)), mode="lines", name=name, legendgroup=name,
-                             showlegend=not legend_shown, line={"color": color, "width": 16, "simplify": False},
-                             hoverinfo="skip", meta=meta), row=1, col=1)
-    fig.add_trace(go.Scatter(x=mids, y=np.full(len(mids), float(y)), mode="markers", legendgroup=name, showlegend=False,
-                             marker={"color": color, "size": 14, "opacity": 0}, name=name, **hover), row=1, col=1)
+    data.append(_scatter(1, hoverinfo="skip", legendgroup=name, line={"color": color, "simplify": False, "width": 16},
+                         meta=meta, mode="lines", name=name, showlegend=not legend_shown, x=xs,
+                         y=np.full(len(xs), float(y))))
+    data.append(_scatter(1, **hover, legendgroup=name, marker={"color": color, "opacity": 0, "size": 14},
+                         mode="markers", name=name, showlegend=False, x=mids, y=np.full(len(mids), float(y))))
 
 
 def _idle_lookup(report: dict) -> dict:
@@ -121,28 +139,28 @@ def _idle_hover(report: dict, lookup: dict, iv: list) -> str:
     return lookup.get(round(iv[0], 3), "")
 
 
-def _add_device_lanes(fig, report, t0, y_of) -> None:
+def _add_device_lanes(data: list, report, t0, y_of) -> None:
     # Hover data are numbers plus short strings (customdata), not one formatted text per interval: the report
     # may hold 5000 intervals per device and this keeps the page dominated by plotly.js.
     lookup = _idle_lookup(report)
     causes = report["timeline"].get("causes") or CAUSES
-    for n, (dev, data) in enumerate(report["timeline"]["devices"].items()):
+    for n, (dev, device) in enumerate(report["timeline"]["devices"].items()):
         y = y_of[dev]
-        busy = data.get("busy_us") or []
-        _lane(fig, busy, t0, y, BUSY_COLOR, "GPU busy", {"kind": "busy", "device": dev}, n > 0,
+        busy = device.get("busy_us") or []
+        _lane(data, busy, t0, y, BUSY_COLOR, "GPU busy", {"kind": "busy", "device": dev}, n > 0,
               customdata=[round(e - s, 1) for s, e in busy],
               hovertemplate=f"<b>GPU {html.escape(dev)} busy</b> %{{customdata:,.1f}} µs"
                             "<br>centre at %{x:.3f} ms<extra></extra>")
         for cause in causes:
-            idle = [iv for iv in data.get("idle_us") or [] if iv[2] == cause]
-            _lane(fig, idle, t0, y, CAUSE_COLORS.get(cause, "#999999"), f"idle: {cause}",
+            idle = [iv for iv in device.get("idle_us") or [] if iv[2] == cause]
+            _lane(data, idle, t0, y, CAUSE_COLORS.get(cause, "#999999"), f"idle: {cause}",
                   {"kind": "idle", "cause": cause, "device": dev}, n > 0,
                   customdata=[[round(iv[1] - iv[0], 1), _idle_hover(report, lookup, iv)] for iv in idle],
                   hovertemplate=f"<b>GPU {html.escape(dev)} idle: {cause}</b> %{{customdata[0]:,.1f}} µs"
                                 "<br>centre at %{x:.3f} ms%{customdata[1]}<extra></extra>")
 
 
-def _add_sync_markers(fig, report, t0, y) -> None:
+def _add_sync_markers(data: list, report, t0, y) -> None:
     xs, texts, symbols = [], [], []
     for site in report.get("syncs") or []:
         for s, e in site.get("occurrences") or []:
@@ -152,17 +170,18 @@ def _add_sync_markers(fig, report, t0, y) -> None:
                 f"<b>sync: {html.escape(str(site.get('kind')))}</b> {fmt_us(e - s)}",
                 f"api {html.escape(str(site.get('api')))}", f"op {html.escape(str(site.get('op') or '–'))}",
                 f"call site {html.escape(str(site.get('call_site')))}", f"at {_x(s, t0):.3f} ms"]))
-    fig.add_trace(go.Scatter(x=xs, y=[y] * len(xs), mode="markers", name="host sync call", text=texts,
-                             marker={"symbol": symbols, "size": 11, "color": CAUSE_COLORS["sync"],
-                                     "line": {"width": 2, "color": CAUSE_COLORS["sync"]}},
-                             hovertemplate="%{text}<extra></extra>", meta={"kind": "sync"}), row=1, col=1)
+    data.append(_scatter(1, hovertemplate="%{text}<extra></extra>",
+                         marker={"color": CAUSE_COLORS["sync"], "line": {"color": CAUSE_COLORS["sync"], "width": 2},
+                                 "size": 11, "symbol": symbols},
+                         meta={"kind": "sync"}, mode="markers", name="host sync call", text=texts, x=xs,
+                         y=[y] * len(xs)))
 
 
-def _add_steps(fig, report, t0, y) -> None:
+def _add_steps(data: list, layout: dict, report, t0, y) -> None:
     steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s.get("ts_us") is not None]
     for parity in (0, 1):
         chosen = steps[parity::2]
-        _lane(fig, [(s["ts_us"], s["ts_us"] + s["wall_us"]) for s in chosen], t0, y, STEP_COLORS[parity],
+        _lane(data, [(s["ts_us"], s["ts_us"] + s["wall_us"]) for s in chosen], t0, y, STEP_COLORS[parity],
               "step", {"kind": "steps"}, True, hovertemplate="%{text}<extra></extra>",
               text=[f"<b>{html.escape(s['step'])}</b> wall {fmt_us(s['wall_us'])}<br>GPU busy "
                     f"{fmt_us(s.get('busy_us'))} ({fmt_pct(s.get('gpu_utilization'))})" for s in chosen])
@@ -171,16 +190,18 @@ def _add_steps(fig, report, t0, y) -> None:
         # Label only the steps wide enough for their name on a ~1000 px plot; hover names the others.
         labels = [html.escape(s["step"]) if span and s["wall_us"] / span * 1000 >= 7 * len(s["step"]) + 8 else ""
                   for s in steps]
-        fig.add_trace(go.Scatter(x=[_x(s["ts_us"] + s["wall_us"] / 2, t0) for s in steps], y=[y] * len(steps),
-                                 mode="text", text=labels, hoverinfo="skip",
-                                 textfont={"size": 11, "color": "#222"}, showlegend=False), row=1, col=1)
-    if len(steps) <= MAX_STEP_LINES:
-        edges = [s["ts_us"] for s in steps] + [steps[-1]["ts_us"] + steps[-1]["wall_us"]] if steps else []
-        for t in edges:
-            fig.add_vline(x=_x(t, t0), line={"color": "#777", "width": 1, "dash": "dot"}, layer="below")
+        data.append(_scatter(1, hoverinfo="skip", mode="text", showlegend=False, text=labels,
+                             textfont={"color": "#222", "size": 11},
+                             x=[_x(s["ts_us"] + s["wall_us"] / 2, t0) for s in steps], y=[y] * len(steps)))
+    if 0 < len(steps) <= MAX_STEP_LINES:
+        edges = [s["ts_us"] for s in steps] + [steps[-1]["ts_us"] + steps[-1]["wall_us"]]
+        # Vertical lines over the lanes only, as plotly's add_vline draws them while the memory panel is empty.
+        layout.setdefault("shapes", []).extend(
+            {"layer": "below", "line": {"color": "#777", "dash": "dot", "width": 1}, "type": "line",
+             "x0": _x(t, t0), "x1": _x(t, t0), "xref": "x", "y0": 0, "y1": 1, "yref": "y domain"} for t in edges)
 
 
-def _add_memory(fig, report, t0) -> str:
+def _add_memory(data: list, report, t0) -> str:
     alloc = report.get("allocator") or {}
     timeline = alloc.get("timeline") or {}
     peak = max([alloc.get("reserved_peak_bytes") or 0]
@@ -191,12 +212,12 @@ def _add_memory(fig, report, t0) -> str:
         dash = ("solid", "dash", "dot", "dashdot")[n % 4]
         for key, color, label in (("reserved_bytes", RESERVED_COLOR, "reserved"),
                                   ("allocated_bytes", ALLOCATED_COLOR, "allocated")):
-            fig.add_trace(go.Scatter(
-                x=x, y=np.asarray(m.get(key) or [], dtype=float) / div, mode="lines", line_shape="hv",
-                name=f"{label} GPU {dev}", legend="legend2", line={"color": color, "width": 2, "dash": dash},
-                hovertemplate=f"{label} GPU {html.escape(dev)}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms<extra></extra>",
-                meta={"kind": label, "device": dev, "unit": unit}), row=2, col=1)
-    _add_alloc_markers(fig, alloc, t0, div, unit)
+            data.append(_scatter(
+                2, hovertemplate=f"{label} GPU {html.escape(dev)}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms<extra></extra>",
+                legend="legend2", line={"color": color, "dash": dash, "shape": "hv", "width": 2},
+                meta={"kind": label, "device": dev, "unit": unit}, mode="lines", name=f"{label} GPU {dev}", x=x,
+                y=np.asarray(m.get(key) or [], dtype=float) / div))
+    _add_alloc_markers(data, alloc, t0, div)
     return unit
 
 
@@ -206,7 +227,7 @@ def _alloc_api(site: dict) -> str:
     return "cudaFree" if not site.get("cuda_malloc") else "cudaMalloc/cudaFree"
 
 
-def _add_alloc_markers(fig, alloc, t0, div, unit) -> None:
+def _add_alloc_markers(data: list, alloc, t0, div) -> None:
     first = next(iter((alloc.get("timeline") or {}).values()), None)
     mem_x = np.array([_x(t, t0) for t in first["ts_us"]]) if first and first.get("ts_us") else None
     symbols = {"cudaMalloc": "triangle-up", "cudaFree": "triangle-down", "cudaMalloc/cudaFree": "x"}
@@ -226,14 +247,14 @@ def _add_alloc_markers(fig, alloc, t0, div, unit) -> None:
                               f"op {html.escape(str(s.get('op') or '–'))}",
                               f"call site {html.escape(str(s.get('call_site')))}", f"at {_x(o[0], t0):.3f} ms"])
                  for s, o in occ]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=api, legend="legend2", text=texts,
-                                 marker={"symbol": symbol, "size": 13, "color": CAUSE_COLORS["allocator"],
-                                         "line": {"width": 1, "color": "#333"}},
-                                 hovertemplate="%{text}<extra></extra>", meta={"kind": "alloc_call", "api": api}),
-                      row=2, col=1)
+        data.append(_scatter(2, hovertemplate="%{text}<extra></extra>", legend="legend2",
+                             marker={"color": CAUSE_COLORS["allocator"], "line": {"color": "#333", "width": 1},
+                                     "size": 13, "symbol": symbol},
+                             meta={"kind": "alloc_call", "api": api}, mode="markers", name=api, text=texts, x=xs,
+                             y=ys))
 
 
-def _timeline_figure(report: dict) -> go.Figure:
+def _timeline_figure(report: dict) -> dict:
     devices = list(((report.get("timeline") or {}).get("devices") or {}).keys())
     # Lanes from the top: steps, host syncs, then one per GPU.
     y_of = {dev: len(devices) - 1 - i for i, dev in enumerate(devices)}
@@ -241,75 +262,101 @@ def _timeline_figure(report: dict) -> go.Figure:
     lanes_px = 48 + 38 * (len(devices) + 2)
     mem_px = 300 if (report.get("allocator") or {}).get("timeline") else 110
     height = lanes_px + mem_px + 190
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=90 / height,
-                        row_heights=[lanes_px, mem_px],
-                        subplot_titles=("GPU activity: busy, idle by cause, host syncs, steps",
-                                        "GPU memory (caching allocator)"))
+    layout = _two_rows(lanes_px, mem_px, 90 / height, ("GPU activity: busy, idle by cause, host syncs, steps",
+                                                       "GPU memory (caching allocator)"))
+    data: list[dict] = []
     t0, origin = _origin(report)
     if devices:
-        _add_device_lanes(fig, report, t0, y_of)
-    _add_sync_markers(fig, report, t0, sync_y)
-    _add_steps(fig, report, t0, steps_y)
-    unit = _add_memory(fig, report, t0)
-    fig.update_yaxes(row=1, col=1, title_text="lane", range=[-0.6, steps_y + 0.6], fixedrange=True,
-                     tickvals=[*y_of.values(), sync_y, steps_y],
-                     ticktext=[*(f"GPU {d}" for d in devices), "host syncs", "steps"], showgrid=False)
-    fig.update_yaxes(row=2, col=1, title_text=f"memory ({unit})")
-    fig.update_xaxes(row=2, col=1, title_text=f"time since {origin} (ms)")
-    fig.update_xaxes(row=1, col=1, showticklabels=True)
-    _layout(fig, height)
+        _add_device_lanes(data, report, t0, y_of)
+    _add_sync_markers(data, report, t0, sync_y)
+    _add_steps(data, layout, report, t0, steps_y)
+    unit = _add_memory(data, report, t0)
+    layout["yaxis"].update(title={"text": "lane"}, range=[-0.6, steps_y + 0.6], fixedrange=True,
+                           tickvals=[*y_of.values(), sync_y, steps_y],
+                           ticktext=[*(f"GPU {d}" for d in devices), "host syncs", "steps"], showgrid=False)
+    layout["yaxis2"]["title"] = {"text": f"memory ({unit})"}
+    layout["xaxis2"]["title"] = {"text": f"time since {origin} (ms)"}
+    layout["xaxis"]["showticklabels"] = True
+    _layout(layout, height)
     # Paper coordinates: plotly.js misplaces "x2 domain" references on a subplot that holds no trace.
     if not devices:
-        _note(fig, "no GPU activity recorded in this trace", fig.layout.yaxis.domain, 0.6)
+        _note(layout, "no GPU activity recorded in this trace", layout["yaxis"]["domain"], 0.6)
     if not (report.get("allocator") or {}).get("timeline"):
-        _note(fig, "no memory events recorded", fig.layout.yaxis2.domain, 0.5)
-    top2 = fig.layout.yaxis2.domain[1]
-    fig.update_layout(legend={"y": 1.0, "yanchor": "top", "x": 1.01, "title": {"text": "GPU lane"}},
-                      legend2={"y": top2, "yanchor": "top", "x": 1.01, "title": {"text": "memory"}},
-                      hovermode="closest")
-    return fig
+        _note(layout, "no memory events recorded", layout["yaxis2"]["domain"], 0.5)
+    top2 = layout["yaxis2"]["domain"][1]
+    layout.update(legend={"title": {"text": "GPU lane"}, "y": 1.0, "yanchor": "top", "x": 1.01},
+                  legend2={"y": top2, "yanchor": "top", "x": 1.01, "title": {"text": "memory"}},
+                  hovermode="closest")
+    return {"data": data, "layout": layout}
 
 
-def _note(fig: go.Figure, text: str, domain, at: float) -> None:
-    fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=domain[0] + at * (domain[1] - domain[0]),
-                       showarrow=False, font={"size": 14, "color": "#555"})
+def _two_rows(top_px: int, bottom_px: int, spacing: float, titles: tuple[str, str]) -> dict:
+    """The layout make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=spacing,
+    row_heights=[top_px, bottom_px], subplot_titles=titles) starts from (same arithmetic, same floats)."""
+    usable, total = 1.0 - spacing, float(top_px + bottom_px)
+    top_height, bottom_height = usable * (top_px / total), usable * (bottom_px / total)
+    top = [bottom_height + spacing, min(bottom_height + spacing + top_height, 1.0)]
+    bottom = [0.0, bottom_height]
+    title = {"font": {"size": 16}, "showarrow": False, "x": 0.5, "xanchor": "center", "xref": "paper",
+             "yanchor": "bottom", "yref": "paper"}
+    return {
+        "xaxis": {"anchor": "y", "domain": [0.0, 1.0], "matches": "x2", "showticklabels": False},
+        "yaxis": {"anchor": "x", "domain": top},
+        "xaxis2": {"anchor": "y2", "domain": [0.0, 1.0]},
+        "yaxis2": {"anchor": "x2", "domain": bottom},
+        "annotations": [dict(title, text=titles[0], y=top[1]), dict(title, text=titles[1], y=bottom[1])],
+    }
 
 
-def _layout(fig: go.Figure, height: int) -> None:
-    fig.update_layout(template="plotly_white", height=height, margin={"l": 80, "r": 20, "t": 40, "b": 60},
-                      font={"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13},
-                      hoverlabel={"align": "left"})
+def _note(layout: dict, text: str, domain, at: float) -> None:
+    layout["annotations"].append({"font": {"color": "#555", "size": 14}, "showarrow": False, "text": text,
+                                  "x": 0.5, "xref": "paper", "y": domain[0] + at * (domain[1] - domain[0]),
+                                  "yref": "paper"})
 
 
-def _steps_figure(report: dict) -> go.Figure:
+def _layout(layout: dict, height: int) -> None:
+    layout.update(template=_template("plotly_white"), height=height,
+                  margin={"l": 80, "r": 20, "t": 40, "b": 60},
+                  font={"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13},
+                  hoverlabel={"align": "left"})
+
+
+def _template(name: str) -> dict:
+    """One of plotly's layout templates, as `template=name` puts it into a figure's JSON."""
+    return json.loads(_plotly_file("package_data", "templates", f"{name}.json"))
+
+
+def _steps_figure(report: dict) -> dict:
     steps = (report.get("gaps") or {}).get("per_step") or []
     names = [s["step"] for s in steps]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=names, y=[round((s.get("busy_us") or 0) / 1e3, 4) for s in steps], name="GPU busy",
-                         marker_color=BUSY_COLOR, hovertemplate="%{x}<br>GPU busy %{y:.3f} ms<extra></extra>"))
+    data = [{"hovertemplate": "%{x}<br>GPU busy %{y:.3f} ms<extra></extra>", "marker": {"color": BUSY_COLOR},
+             "name": "GPU busy", "x": names, "y": [round((s.get("busy_us") or 0) / 1e3, 4) for s in steps],
+             "type": "bar"}]
     for cause in CAUSES:
-        fig.add_trace(go.Bar(
-            x=names, y=[round(((s.get("idle_by_cause_us") or {}).get(cause) or 0) / 1e3, 4) for s in steps],
-            name=f"idle: {cause}", marker_color=CAUSE_COLORS[cause],
-            hovertemplate=f"%{{x}}<br>idle: {cause} %{{y:.3f}} ms<extra></extra>"))
-    fig.add_trace(go.Scatter(x=names, y=[round(s.get("wall_us", 0) / 1e3, 4) for s in steps], mode="markers",
-                             name="step wall time", marker={"symbol": "line-ew-open", "size": 28, "color": "#000",
-                                                            "line": {"width": 2}},
-                             hovertemplate="%{x}<br>wall %{y:.3f} ms<extra></extra>"))
-    fig.update_layout(barmode="stack", title={"text": "Per step: GPU busy and idle by cause", "x": 0},
-                      xaxis_title="step", yaxis_title="time per step (ms)", legend={"x": 1.01, "y": 1})
-    _layout(fig, 420)
-    fig.update_layout(margin={"t": 50})
-    return fig
+        data.append({"hovertemplate": f"%{{x}}<br>idle: {cause} %{{y:.3f}} ms<extra></extra>",
+                     "marker": {"color": CAUSE_COLORS[cause]}, "name": f"idle: {cause}", "x": names,
+                     "y": [round(((s.get("idle_by_cause_us") or {}).get(cause) or 0) / 1e3, 4) for s in steps],
+                     "type": "bar"})
+    data.append(_scatter(hovertemplate="%{x}<br>wall %{y:.3f} ms<extra></extra>",
+                         marker={"color": "#000", "line": {"width": 2}, "size": 28, "symbol": "line-ew-open"},
+                         mode="markers", name="step wall time", x=names,
+                         y=[round(s.get("wall_us", 0) / 1e3, 4) for s in steps]))
+    layout = {"title": {"text": "Per step: GPU busy and idle by cause", "x": 0}, "legend": {"x": 1.01, "y": 1},
+              "barmode": "stack", "xaxis": {"title": {"text": "step"}},
+              "yaxis": {"title": {"text": "time per step (ms)"}}}
+    _layout(layout, 420)
+    layout["margin"]["t"] = 50
+    return {"data": data, "layout": layout}
 
 
 # ---------------------------------------------------------------- page
 
 def render_html(report: dict) -> str:
-    timeline_fig, steps_fig = build_figures(report)
+    timeline_fig, steps_fig = figure_dicts(report)
     body = [
         _header(report),
         _section("Findings", _findings_table(report)),
+        _serving_section(report),
         _section("Timeline", TIMELINE_HINT + _figure_html(timeline_fig, "timeline") + _bounded_note(report)),
         _section("Steps", _figure_html(steps_fig, "steps")),
         _section("Largest idle gaps", _top_gaps_table(report)),
@@ -321,7 +368,7 @@ def render_html(report: dict) -> str:
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'>"
             f"<title>{_esc(_title(report))}</title><style>{CSS}</style>"
-            f"<script>{get_plotlyjs()}</script></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<script>{plotly_js()}</script></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def _bounded_note(report: dict) -> str:
@@ -335,8 +382,61 @@ def _bounded_note(report: dict) -> str:
     return f"<p class=hint>Shown: {'; '.join(notes)}.</p>" if notes else ""
 
 
-def _figure_html(fig: go.Figure, div_id: str) -> str:
-    return fig.to_html(include_plotlyjs=False, full_html=False, config=PLOT_CONFIG, div_id=div_id)
+# As plotly.io.to_html(fig, include_plotlyjs=False, full_html=False, config=..., div_id=...) writes a figure.
+_FIGURE_DIV = """\
+<div style="height:{height}; width:100%;">\
+                \
+            <div id="{id}" class="plotly-graph-div" \
+style="height:100%; width:100%;"></div>\
+            <script>\
+                window.PLOTLYENV=window.PLOTLYENV || {{}};\
+                \
+                if (document.getElementById("{id}")) {{\
+                    Plotly.newPlot(\
+                        "{id}",\
+                        {data},\
+                        {layout},\
+                        {config}\
+                    )\
+                }};\
+            </script>\
+        </div>"""
+
+
+def _figure_html(figure: dict, div_id: str) -> str:
+    return _FIGURE_DIV.format(height=f"{figure['layout']['height']}px", id=div_id, data=_plotly_json(figure["data"]),
+                              layout=_plotly_json(figure["layout"]), config=json.dumps(PLOT_CONFIG))
+
+
+def _plotly_json(value) -> str:
+    """JSON as plotly.io writes it into a page: compact, NaN as null, float arrays as base64 typed arrays, and
+    <, > and / escaped so that no string can end the <script>."""
+    text = json.dumps(value, separators=(",", ":"), default=_typed_array)
+    if "NaN" in text or "Infinity" in text:
+        text = json.dumps(json.loads(text, parse_constant=lambda _: None), separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("/", "\\u002f")
+
+
+def _typed_array(value):
+    if isinstance(value, np.ndarray):
+        if value.size and value.dtype == np.float64:
+            return {"dtype": "f8", "bdata": base64.b64encode(value).decode("ascii")}
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def plotly_js() -> str:
+    """plotly.min.js as plotly.offline.get_plotlyjs() returns it."""
+    return _plotly_file("package_data", "plotly.min.js")
+
+
+@functools.lru_cache(maxsize=None)
+def _plotly_file(*parts: str) -> str:
+    """A file of the installed plotly package, read without importing plotly (which costs more than the page)."""
+    package = importlib.util.find_spec("plotly")
+    return Path(package.submodule_search_locations[0], *parts).read_bytes().decode("utf-8")
 
 
 def _section(title: str, content: str) -> str:
@@ -520,3 +620,48 @@ details summary{cursor:pointer;color:#0072B2;font-size:13px}details p{margin:4px
 td code{overflow-wrap:anywhere}
 footer{margin:28px 0 8px;color:#666;font-size:12px;border-top:1px solid #ddd;padding-top:6px}
 """
+
+
+def _serving_section(report: dict) -> str:
+    """Serving runs: the capture's unprofiled per-request latency next to the profiled steps' GPU utilization."""
+    serving = report.get("serving") or {}
+    latency = serving.get("latency")
+    parked = [(label, serving.get(key) or {}) for label, key in (("event loop parked", "event_loop_idle"),
+                                                                 ("thread hand-offs", "thread_hops"))]
+    if not latency and not any(part.get("count") for _, part in parked):
+        return ""
+    parts = []
+    if latency:
+        opts = latency.get("options") or {}
+        spread = lambda s: (f"p50 {s['p50']:.1f} ms, p90 {s['p90']:.1f} ms" if s else "–")  # noqa: E731
+        parts.append(f"<p>{_esc(latency.get('requests'))} requests ({_esc(opts.get('arrival'))} arrivals at "
+                     f"{_esc(opts.get('rate'))}/s, at most {_esc(latency.get('max_batch'))} in a batch; engine: yield "
+                     f"{_esc(opts.get('yield_s'))} s, to_thread {_esc(opts.get('to_thread'))}, token readback "
+                     f"{_esc(opts.get('token_readback'))}). Without the profiler: TTFT "
+                     f"<b>{_esc(spread(latency.get('ttft_ms')))}</b>; TPOT <b>{_esc(spread(latency.get('tpot_ms')))}</b>;"
+                     f" <b>{_esc(latency.get('throughput_tokens_per_s'))}</b> output tokens/s; mean batch "
+                     f"{_esc(latency.get('mean_batch'))}.</p>")
+    for label, part in parked:
+        if part.get("count"):
+            site = part["sites"][0]["call_site"] if part.get("sites") else None
+            parts.append(f"<p>GPU idle with the launching thread parked ({_esc(label)}): <b>{ms(part['idle_us'])} ms"
+                         f"</b> in {_esc(part['count'])} gaps" + (f", most after <code>{_esc(site)}</code>" if site
+                                                                  else "") + ".</p>")
+    fmt = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
+    requests = (latency or {}).get("per_request") or []
+    if requests:
+        parts.append("<h3>Per request, without the profiler (ms)</h3>" + _table(
+            ["request", "prompt", "output", "queued", "TTFT", "TPOT", "latency"],
+            [[_esc(r["id"]), _esc(r["prompt_tokens"]), _esc(r["output_tokens"]), fmt(r["queue_ms"]),
+              fmt(r["ttft_ms"]), fmt(r["tpot_ms"]), fmt(r["latency_ms"])] for r in requests]))
+    in_batch = {s["step"]: s for s in serving.get("steps") or []}
+    steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s["step"] in in_batch]
+    if steps:
+        parts.append("<h3>Per engine step, profiled</h3>" + _table(
+            ["step", "wall", "GPU util", "requests in batch", "waiting", "idle: event loop", "idle: thread hop",
+             "idle: sync"],
+            [[_esc(s["step"]), fmt_us(s["wall_us"]), fmt_pct(s["gpu_utilization"]),
+              _esc(in_batch[s["step"]]["in_batch"]), _esc(in_batch[s["step"]]["waiting"]),
+              fmt_us(s["idle_by_cause_us"].get("event_loop_idle")), fmt_us(s["idle_by_cause_us"].get("thread_hop")),
+              fmt_us(s["idle_by_cause_us"].get("sync"))] for s in steps]))
+    return _section("Serving: per-request latency and per-step GPU utilization", "\n".join(parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import mmap
 import re
@@ -15,12 +16,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import joins
-from .columns import StringTable, ThreadIds, exact_ns, int_columns, ints, lost_precision, microseconds, to_ns
+from .columns import StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
+from .helper import Helper, available_cpus
 from .parse import (
-    LEGACY_NOTE, MISSING, NO_VALUE, NotChunkable, adopt_legacy_events, chunk_json, decode_exact_ts, decode_trace,
-    decoded_chunks, find_event_array, trace_text,
+    LEGACY_NOTE, MISSING, NO_VALUE, EventArray, NotChunkable, adopt_legacy_events, chunk_json, decode_exact_ts,
+    decode_trace, decoded_chunks, find_event_array, split_after, trace_text,
 )
 
 MODELLED_CATEGORIES = (
@@ -31,10 +33,7 @@ CATEGORY_CODE = {cat: code for code, cat in enumerate(MODELLED_CATEGORIES, start
 GPU_KINDS = {"kernel": GpuKind.KERNEL, "gpu_memcpy": GpuKind.MEMCPY, "gpu_memset": GpuKind.MEMSET, "cuda_sync": GpuKind.SYNC}
 MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")
 STEP_NAME = re.compile(r"^(\w+)#(\d+)$|^prefill$")
-_MEMORY_INT_FIELDS = (
-    "pid", "tid", "args.alloc_bytes", "args.total_allocated", "args.total_reserved",
-    "args.device_type", "args.device_id", "args.addr",
-)
+_MEMORY_ARGS = ("alloc_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 # Args fields by the categories whose tables use them -> the slice column that holds them.
 _ARGS_BY_CATEGORY = tuple(
     ([CATEGORY_CODE[c] for c in categories], fields) for categories, fields in (
@@ -46,7 +45,7 @@ _ARGS_BY_CATEGORY = tuple(
 )
 _ARGS_COLUMNS = {field: field for field in ("external_id", "correlation", "cbid", "python_id", "python_parent_id")}
 _ARGS_COLUMNS["nbytes"] = "bytes"
-_MEMORY_COLUMNS = tuple(f"memory_{field.removeprefix('args.')}" for field in _MEMORY_INT_FIELDS)
+_MEMORY_COLUMNS = tuple(f"memory_{field}" for field in ("pid", "tid", *_MEMORY_ARGS))
 _GPU_CODES = [CATEGORY_CODE[c] for c in GPU_KINDS]
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
 Progress = Callable[[int, int], None]
@@ -99,24 +98,26 @@ def _read_whole(text: bytes | mmap.mmap, path: Path) -> tuple[_Builder, dict]:
 
 
 def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | None) -> tuple[_Builder, dict] | None:
-    """Decode the events a chunk at a time, keeping only their columns; None when the file needs _read_whole."""
+    """Decode the events a chunk at a time, keeping only their columns; None when the file needs _read_whole.
+    A large file's second part is read at the same time by a helper process."""
     array = find_event_array(text)
     if array is None:
         return None
     columns = EventColumns(lenient=False, whole_file=False)
-    spans, legacy = [], 0
+    own, helper = _share_with_helper(text, path, array)
     try:
-        for events, start, end in decoded_chunks(text, array):
-            if array.bare:
-                legacy += adopt_legacy_events(events)
-            columns.add(events)
-            spans.append((start, end))
-            del events
-            _release_pages(text, start)
-            if progress:
-                progress(end, len(text))
+        spans, legacy = read_events(text, own, columns, _scaled(progress, own, array))
+        if helper:
+            helped = helper.join_into(columns)
+            more_spans, more_legacy = helped if helped else read_events(text, helper.array, columns)
+            spans, legacy = spans + more_spans, legacy + more_legacy
     except NotChunkable:
         return None
+    finally:
+        if helper:
+            helper.stop()
+    if progress:
+        progress(len(text), len(text))
     if not columns.events:
         raise TraceError(f"{path}: trace has no events")
     builder = _Builder(columns)
@@ -125,6 +126,48 @@ def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | No
     if builder.lost_precision:
         builder.use_exact_ts(*_exact_ts_in_chunks(text, spans, builder))
     return builder, array.metadata
+
+
+def read_events(text: bytes | mmap.mmap, array: EventArray, columns: EventColumns,
+                progress: Progress | None = None) -> tuple[list[tuple[int, int]], int]:
+    """Decode the array's events a chunk at a time into columns: (the chunks' spans, legacy events adopted).
+    Raises NotChunkable."""
+    spans, legacy = [], 0
+    for events, start, end in decoded_chunks(text, array):
+        if array.bare:
+            legacy += adopt_legacy_events(events)
+        columns.add(events)
+        spans.append((start, end))
+        del events
+        _release_pages(text, start)
+        if progress:
+            progress(end - array.start, array.end - array.start)
+    return spans, legacy
+
+
+PARALLEL_MIN_BYTES = 64 << 20
+# The helper starts its interpreter while this process already reads: it gets a little less than half.
+HELPER_HEAD_START_BYTES = 32 << 20
+
+
+def _share_with_helper(text: bytes | mmap.mmap, path: Path, array: EventArray) -> tuple[EventArray, Helper | None]:
+    """(the part of the array this process reads, the helper process reading the rest, if any)."""
+    size = array.end - array.start
+    if not isinstance(text, mmap.mmap) or size < PARALLEL_MIN_BYTES or available_cpus() < 2:
+        return array, None
+    own_end, helper_start = split_after(text, array.start + (size + HELPER_HEAD_START_BYTES) // 2, array.end)
+    if own_end == array.end:
+        return array, None
+    helper = Helper(path, len(text), dataclasses.replace(array, start=helper_start))
+    return dataclasses.replace(array, end=own_end), helper
+
+
+def _scaled(progress: Progress | None, part: EventArray, whole: EventArray) -> Progress | None:
+    """Progress through part as progress through the whole array (the helper keeps about the same pace)."""
+    if progress is None:
+        return None
+    whole_size, part_size = whole.end - whole.start, max(part.end - part.start, 1)
+    return lambda done, _total: progress(done * whole_size // part_size, whole_size)
 
 
 def _exact_ts_in_chunks(text: bytes | mmap.mmap, spans: list, builder: _Builder) -> tuple[list, list]:
@@ -144,6 +187,10 @@ def _release_pages(text: bytes | mmap.mmap, below: int) -> None:
     large trace does not stay resident in this process."""
     if isinstance(text, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
         text.madvise(mmap.MADV_DONTNEED, 0, below - below % mmap.PAGESIZE)
+
+
+def _same(value):
+    return value
 
 
 def _take(events: Sequence, rows: np.ndarray) -> list:
@@ -176,7 +223,7 @@ class EventColumns:
         instants = _take(events, instant_rows)
         is_memory = [e.name in MEMORY_EVENTS for e in instants]
         memory_events = list(compress(instants, is_memory))
-        pid, tid = self._ints(slices, ("pid", "tid"))
+        pid, tid = self._thread_ids(slices, "pid"), self._thread_ids(slices, "tid")
         self._append(
             slice_rows=np.flatnonzero(is_slice) + self.events,
             category=category,
@@ -191,7 +238,7 @@ class EventColumns:
             memory_is_oom=np.array([e.name == "[OutOfMemory]" for e in memory_events], dtype=bool),
         )
         self._append(**self._args_by_category(slices, category))
-        self._append(**dict(zip(_MEMORY_COLUMNS, self._ints(memory_events, _MEMORY_INT_FIELDS, NO_VALUE))))
+        self._append(**self._memory_columns(memory_events))
         self.events += len(events)
 
     def _args_by_category(self, slices: list, category: np.ndarray) -> dict[str, np.ndarray]:
@@ -199,9 +246,16 @@ class EventColumns:
         columns = {column: np.full(len(slices), MISSING) for column in _ARGS_COLUMNS.values()}
         for codes, fields in _ARGS_BY_CATEGORY:
             rows = np.isin(category, codes)
-            values = self._ints(list(compress(slices, rows.tolist())), [f"args.{field}" for field in fields])
-            for field, column in zip(fields, values):
-                columns[_ARGS_COLUMNS[field]][rows] = column
+            args = list(map(attrgetter("args"), compress(slices, rows.tolist())))
+            for field in fields:
+                columns[_ARGS_COLUMNS[field]][rows] = ints(args, attrgetter(field), lenient=self.lenient)
+        return columns
+
+    def _memory_columns(self, events: list) -> dict[str, np.ndarray]:
+        args = list(map(attrgetter("args"), events))
+        columns = {"memory_pid": self._thread_ids(events, "pid"), "memory_tid": self._thread_ids(events, "tid")}
+        for field in _MEMORY_ARGS:
+            columns[f"memory_{field}"] = ints(args, attrgetter(field), lenient=self.lenient, missing=NO_VALUE)
         return columns
 
     def _streams(self, slices: list, category: np.ndarray) -> np.ndarray:
@@ -216,15 +270,10 @@ class EventColumns:
             stream[is_gpu] = self._integers(gpu_slices, get)
         return stream
 
-    def _ints(self, rows: Sequence, fields: Sequence[str], missing: int = MISSING) -> list[np.ndarray]:
-        def one_field(field: str) -> np.ndarray:
-            if field not in ("pid", "tid"):
-                return ints(rows, attrgetter(field), lenient=self.lenient, missing=missing)
-            if self.whole_file:
-                return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
-            return self._integers(rows, attrgetter(field))
-
-        return int_columns(rows, fields, lenient=self.lenient, fallback=one_field)
+    def _thread_ids(self, rows: Sequence, field: str) -> np.ndarray:
+        if self.whole_file:
+            return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
+        return self._integers(rows, attrgetter(field))
 
     @staticmethod
     def _integers(rows: Sequence, get) -> np.ndarray:
@@ -232,6 +281,24 @@ class EventColumns:
             return np.fromiter(map(get, rows), dtype=np.int64, count=len(rows))
         except (TypeError, ValueError, OverflowError):
             raise NotChunkable from None
+
+    def export(self) -> dict:
+        """All columns, the name table and the event count, for extend() in another process."""
+        exported = {name: self.column(name) for name in list(self._parts)}
+        return dict(exported, names=self.strings.strings(), events=self.events)
+
+    def extend(self, exported: dict) -> None:
+        """Append the columns another EventColumns exported: the events that follow this one's in the file."""
+        exported = dict(exported)
+        codes = self.strings.codes(exported.pop("names"), _same, lenient=False)
+        for name, values in exported.items():
+            if name in ("slice_rows", "memory_rows"):
+                values = values + self.events
+            elif name == "name":
+                values = codes[values]
+            if name != "events":
+                self._append(**{name: values})
+        self.events += exported["events"]
 
     def _append(self, **columns: np.ndarray) -> None:
         for name, values in columns.items():

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from itertools import chain
-from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -51,24 +49,6 @@ def ints(rows: Sequence, get: Getter, *, lenient: bool, missing: int = MISSING) 
         if values is not None and not (np.abs(values) >= 2**53).any():
             return np.where(np.isnan(values), missing, values).astype(np.int64)
     return np.array([_as_int(v, missing) for v in map(get, rows)], dtype=np.int64)
-
-
-def int_columns(
-    rows: Sequence, fields: Sequence[str], *, lenient: bool, fallback: Callable[[str], np.ndarray]
-) -> list[np.ndarray]:
-    """Several int64 columns read in one visit per row (rows touched once, not once per field).
-
-    When a value does not convert (a string pid, a null), each column is read again
-    by fallback(field), which knows how to clean that field.
-    """
-    count = len(rows) * len(fields)
-    if not lenient and len(fields) > 1:
-        try:
-            values = np.fromiter(chain.from_iterable(map(attrgetter(*fields), rows)), dtype=np.int64, count=count)
-            return list(values.reshape(len(rows), len(fields)).T.copy())
-        except (TypeError, ValueError, OverflowError):
-            pass
-    return [fallback(field) for field in fields]
 
 
 def microseconds(rows: Sequence, get: Getter, *, lenient: bool) -> np.ndarray:

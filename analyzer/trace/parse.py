@@ -354,9 +354,26 @@ def _array_end_candidates(text: bytes | mmap.mmap, start: int):
         before = end
         while before > start and text[before - 1] in _JSON_BLANK_BYTES:
             before -= 1
-        if before == start or text[before - 1] == ord("}"):
+        if before == start or (text[before - 1] == ord("}") and _ends_an_event(text, start, end)):
             tried += 1
             yield end
+
+
+def _ends_an_event(text: bytes | mmap.mmap, start: int, end: int, window: int = 1 << 16) -> bool:
+    """Whether the text before `end` is whole events: what follows one of the last gaps between events (a gap
+    may be inside a string) decodes as an array of events."""
+    window_start = max(start, end - window)
+    gaps = list(_EVENT_GAP.finditer(text, window_start, end))
+    firsts = [gap.end() - 1 for gap in gaps[::-1][:_SPLIT_RETRIES]] or ([start] if window_start == start else [])
+    if not firsts:
+        return True  # one event larger than the window: the chunked decode will tell
+    for first in firsts:
+        try:
+            _CHUNK.decode(chunk_json(text, first, end))
+            return True
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return False
 
 
 def _events_key_end(text: bytes | mmap.mmap, tries: int = 16) -> int | None:
@@ -392,7 +409,7 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
     chunk_bytes, start = CHUNK_BYTES, array.start
     buffer = bytearray(2 * chunk_bytes)  # reused: fresh memory for every chunk costs a page fault per 4 KiB
     while True:
-        end, next_start = _split_after(text, start + chunk_bytes, array.end)
+        end, next_start = split_after(text, start + chunk_bytes, array.end)
         for _ in range(_SPLIT_RETRIES):
             if end - start + 2 > len(buffer):
                 buffer = bytearray(end - start + 2)
@@ -405,7 +422,7 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
             except msgspec.DecodeError:  # split inside a string, perhaps: try the next split point
                 if end == array.end:
                     raise NotChunkable from None
-                end, next_start = _split_after(text, next_start, array.end)
+                end, next_start = split_after(text, next_start, array.end)
             except RecursionError:
                 raise NotChunkable from None
         else:
@@ -416,7 +433,7 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
         start = next_start
 
 
-def _split_after(text: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
+def split_after(text: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
     """(end of a chunk, start of the next) at the first gap between two events after `at`; (end, end) if none."""
     gap = _EVENT_GAP.search(text, at, end) if at < end else None
     return (gap.start() + 1, gap.end() - 1) if gap else (end, end)

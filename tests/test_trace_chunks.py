@@ -1,0 +1,104 @@
+"""Reading a trace a chunk at a time (and a large one's second part in a helper process) gives exactly the model
+that decoding the whole file at once gives."""
+import dataclasses
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+import analyzer.trace.build as build
+import analyzer.trace.parse as parse
+from analyzer.trace import load_trace
+from analyzer.trace.cache import TABLES
+from conftest import REPO
+
+FIX = REPO / "tests" / "fixtures" / "h200"
+EXTERNAL = REPO.parent / "shared" / "traces" / "external"
+TRACES = sorted(FIX.glob("*/rank0.trace.json.gz")) + sorted(EXTERNAL.glob("*.json.gz"))
+
+
+def same_model(a, b):
+    assert (a.names, a.metadata, a.warnings, a.synthetic_ids) == (b.names, b.metadata, b.warnings, b.synthetic_ids)
+    for table in TABLES:
+        ta, tb = getattr(a, table), getattr(b, table)
+        for f in dataclasses.fields(ta):
+            assert np.array_equal(getattr(ta, f.name), getattr(tb, f.name)), (table, f.name)
+
+
+def whole_file_model(path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(build, "find_event_array", lambda text: None)
+        return load_trace(path)
+
+
+@pytest.fixture
+def chunk_reads(monkeypatch):
+    """Small chunks, and a count of the chunks read."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 4 << 10)
+    reads = []
+    read_events = build.read_events
+    monkeypatch.setattr(build, "read_events", lambda *a, **k: reads.append(read_events(*a, **k)) or reads[-1])
+    return reads
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.parent.name if p.parent.parent == FIX else p.name)
+def test_chunked_read_matches_whole_file_read(trace, chunk_reads, monkeypatch):
+    model = load_trace(trace)
+    assert chunk_reads and len(chunk_reads[0][0]) > 1  # several chunks, no fall-back to the whole file
+    same_model(model, whole_file_model(trace, monkeypatch))
+
+
+def test_helper_process_reads_the_second_part(tmp_path, chunk_reads, monkeypatch):
+    trace = tmp_path / "rank0.trace.json"
+    trace.write_bytes(gzip.decompress((FIX / "item_sync" / "rank0.trace.json.gz").read_bytes()))
+    monkeypatch.setattr(build, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(build, "HELPER_HEAD_START_BYTES", 0)
+    joined = []
+    join_into = build.Helper.join_into
+    monkeypatch.setattr(build.Helper, "join_into", lambda self, columns: joined.append(join_into(self, columns))
+                        or joined[-1])
+    progress = []
+    model = load_trace(trace, progress=lambda done, total: progress.append((done, total)))
+    assert joined and joined[0] is not None  # the helper's columns were used
+    same_model(model, whole_file_model(trace, monkeypatch))
+    assert progress[-1] == (trace.stat().st_size, trace.stat().st_size)
+
+
+def _write_trace(path, events, **top):
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, **top}, indent=1))
+    return path
+
+
+def _events():
+    top = json.loads(gzip.decompress((FIX / "graph_decode" / "rank0.trace.json.gz").read_bytes()))
+    return top["traceEvents"]
+
+
+def test_split_point_inside_a_string_moves_to_the_next_gap(tmp_path, chunk_reads, monkeypatch):
+    events = _events()
+    for event in events:
+        event["name"] = event.get("name", "") + ' }, {"ph": "X"} '  # a false split point in every event
+    trace = _write_trace(tmp_path / "t.json", events)
+    model = load_trace(trace)
+    assert chunk_reads and len(chunk_reads[0][0]) > 1
+    same_model(model, whole_file_model(trace, monkeypatch))
+
+
+def test_keys_and_brackets_after_the_event_array(tmp_path, chunk_reads, monkeypatch):
+    info = ["INFO:2024 CuptiActivityProfiler.cpp:914] [Profiler = X] done", "]", "}]"]
+    trace = _write_trace(tmp_path / "t.json", _events(), INFO=info, traceName="/tmp/a]b.json",
+                         deviceProperties=[{"id": 0}])
+    model = load_trace(trace)
+    assert chunk_reads
+    assert model.metadata["traceName"] == "/tmp/a]b.json" and model.metadata["deviceProperties"] == [{"id": 0}]
+    same_model(model, whole_file_model(trace, monkeypatch))
+
+
+def test_odd_values_fall_back_to_the_lenient_whole_file_read(tmp_path, chunk_reads, monkeypatch):
+    events = _events()
+    [*_, last_slice] = (e for e in events if e.get("ph") == "X")
+    last_slice["ts"] = "N/A"
+    model = load_trace(_write_trace(tmp_path / "t.json", events))
+    assert not chunk_reads  # the chunked read gave up
+    assert "decoded with lenient types (odd values or unknown categories)" in model.warnings
