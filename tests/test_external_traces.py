@@ -70,3 +70,15 @@ def test_triton_cu_launch_kernel_counts_as_a_launch():
     report = analyzed(EXTERNAL / "triton-cuLaunchKernel.json.gz")
     assert report["gaps"]["launch_stats"]["by_api"] == {"cuLaunchKernel": 1}
     assert report["gaps"]["launch_stats"]["gpu_activities_launched"] == 1
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_findings_read_well_without_python_stacks(path):
+    """Traces without with_stack have no call sites to name: no finding may print 'None' in their place, and a
+    serving cause needs the evidence it is defined by (no event-loop idle without a selector frame)."""
+    report = analyzed(path)
+    for finding in report["findings"]:
+        assert "None" not in finding["title"], finding["title"]
+    names = " ".join(raw.get("name", "") for raw in raw_events(path) if raw.get("cat") == "python_function")
+    if "select.epoll" not in names and "select.poll" not in names:
+        assert report["serving"]["event_loop_idle"]["count"] == 0

@@ -11,6 +11,7 @@ from analyzer.gapcauses import EVENT_LOOP_IDLE, THREAD_HOP
 from analyzer.steps import step_ranges
 
 _MAX_ATTRIBUTED = 5000  # gaps attributed one by one; the rest only counted
+UNKNOWN = "(unknown)"  # no Python wait frame on the launching thread (a trace without with_stack, or none matched)
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:
@@ -26,7 +27,7 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     """Total idle of one cause, grouped by the user frame that let the thread park: for an event-loop wait, the
     last user code that ran on the launching thread before it parked (the coroutine that awaited); for a hop, the
     last user code on another thread before the launching thread woke (the code that handed the work over)."""
-    model, frames = ctx.model, ctx.model.frames
+    model = ctx.model
     starts, ends, rows = [], [], []
     for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
         sel = np.flatnonzero(cause == code)
@@ -38,7 +39,7 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     launch = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     total = float((b - a).sum()) / 1e3
     by_site: dict[str, dict] = {}
-    if len(a) and len(frames):
+    if len(a):
         order = np.argsort(a - b, kind="stable")[:_MAX_ATTRIBUTED]  # the longest first
         wait_rows = waits.matching_frames(model, pattern)
         threads: dict[tuple[int, int], _ThreadFrames] = {}
@@ -76,7 +77,7 @@ class _ThreadFrames:
         frames = self.ctx.model.frames
         w = self.waits[(frames.start_ns[self.waits] < b) & (frames.end_ns[self.waits] > a)]
         if not len(w):
-            return "(unknown)"
+            return UNKNOWN
         w = int(w[np.argmax(np.minimum(frames.end_ns[w], b) - np.maximum(frames.start_ns[w], a))])
         if same_thread:  # what ran on this thread just before it parked
             rows, ends = self.own
@@ -94,7 +95,7 @@ class _ThreadFrames:
         for row in recent:
             if index.user_frame_of(row) >= 0:
                 return index.name(index.user_frame_of(row))
-        return index.name(recent[0]) if recent else "(unknown)"
+        return index.name(recent[0]) if recent else UNKNOWN
 
 
 def _by_end(frames, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,28 +159,37 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
     window_us = ctx.timeline.window_ns / 1e3
     out = []
     if loop["count"]:
-        top = loop["sites"][0] if loop["sites"] else {"call_site": None, "occurrences": []}
+        site, occurrences = _top_site(loop)
         out.append(Finding(
             kind="event_loop_idle", severity=severity_for(loop["idle_us"], window_us),
-            title=f"GPU idle while the event loop was parked ({loop['count']} gaps), last code before it: "
-                  f"{top['call_site']}",
-            call_site=top["call_site"], impact_us=loop["idle_us"], count=loop["count"],
+            title=f"GPU idle while the event loop was parked ({loop['count']} gaps)"
+                  + (f", last code before it: {site}" if site else ""),
+            call_site=site, impact_us=loop["idle_us"], count=loop["count"],
             advice="The thread that launches GPU work sat in the event loop's selector (an `await asyncio.sleep(...)` "
                    "or an await on I/O) with nothing queued on the GPU. Yield with `await asyncio.sleep(0)` between "
                    "steps, or queue the next step before awaiting, so the GPU never waits on the loop's timer.",
-            detail={"sites": loop["sites"][:5]}, occurrences_us=tuple(top["occurrences"][:8])))
+            detail={"sites": loop["sites"][:5]}, occurrences_us=occurrences))
     if hops["count"]:
-        top = hops["sites"][0] if hops["sites"] else {"call_site": None, "occurrences": []}
+        site, occurrences = _top_site(hops)
         out.append(Finding(
             kind="thread_hop", severity=severity_for(hops["idle_us"], window_us),
-            title=f"GPU idle while work was handed between threads ({hops['count']} hops), handed over at "
-                  f"{top['call_site']}",
-            call_site=top["call_site"], impact_us=hops["idle_us"], count=hops["count"],
-            advice="The next GPU work came from a thread that was parked (a worker pool's queue, a lock, a future) "
-                   "until another thread handed it over: every `asyncio.to_thread` / `run_in_executor` round trip "
-                   "adds a wake-up to the GPU's idle time. Launch from the loop's thread, or keep one dedicated "
-                   "thread looping over steps instead of a hand-off per step. Note: the profiler records ops only "
-                   "on the thread that started it, so the worker's ops are missing from this trace (its kernels "
-                   "and runtime calls are there).",
-            detail={"sites": hops["sites"][:5]}, occurrences_us=tuple(top["occurrences"][:8])))
+            title=f"GPU idle while work was handed between threads ({hops['count']} hops)"
+                  + (f", handed over at {site}" if site else ": the next work launched from another thread"),
+            call_site=site, impact_us=hops["idle_us"], count=hops["count"],
+            advice="The next GPU work came from a thread that had to be woken (a worker pool's queue, a lock, a "
+                   "future; in training, autograd's backward thread) after another thread handed it over. Every "
+                   "`asyncio.to_thread` / `run_in_executor` round trip adds such a wake-up to the GPU's idle time: "
+                   "launch from one thread, or keep one dedicated thread looping over steps instead of a hand-off "
+                   "per step. The profiler records ops only on the thread that started it, so a worker's ops may be "
+                   "missing from the trace (its kernels and runtime calls are there).",
+            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences))
     return out
+
+
+def _top_site(part: dict) -> tuple[str | None, tuple]:
+    """The site that explains the most idle time (None when unknown) and the worst occurrences overall."""
+    sites = part["sites"]
+    named = [s for s in sites if s["call_site"] != UNKNOWN]
+    occurrences = tuple(o for s in sites for o in s["occurrences"])
+    worst = tuple(sorted(occurrences, key=lambda o: o[0] - o[1])[:8])
+    return (named[0]["call_site"] if named else None), worst

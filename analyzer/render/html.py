@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.gapcauses import CAUSES
+from analyzer.render.markdown import named_site
 from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
@@ -643,7 +644,7 @@ def _serving_section(report: dict) -> str:
                      f"{_esc(latency.get('mean_batch'))}.</p>")
     for label, part in parked:
         if part.get("count"):
-            site = part["sites"][0]["call_site"] if part.get("sites") else None
+            site = named_site(part)
             parts.append(f"<p>GPU idle with the launching thread parked ({_esc(label)}): <b>{ms(part['idle_us'])} ms"
                          f"</b> in {_esc(part['count'])} gaps" + (f", most after <code>{_esc(site)}</code>" if site
                                                                   else "") + ".</p>")

@@ -131,7 +131,7 @@ def _serving(report: dict) -> list[str]:
                   f"{latency.get('throughput_tokens_per_s')} output tokens/s; mean batch {latency.get('mean_batch')}"
                   f" over {latency.get('engine_steps')} engine steps.", ""]
     parked = [f"{name} {fmt_us(part['idle_us'])} in {part['count']} gaps"
-              + (f" (most after `{_cell(part['sites'][0]['call_site'])}`)" if part.get("sites") else "")
+              + (f" (most after `{_cell(site)}`)" if (site := named_site(part)) else "")
               for name, part in (("event loop parked", loop), ("thread hand-offs", hops)) if part.get("count")]
     if parked:
         lines += ["GPU idle with the launching thread parked: " + "; ".join(parked) + ".", ""]
@@ -155,6 +155,11 @@ def _serving(report: dict) -> list[str]:
                        "idle: thread hop", "idle: sync"], rows)
         lines += _details(f"Per engine step, profiled ({len(steps)} steps)", body)
     return lines
+
+
+def named_site(part: dict) -> str | None:
+    """The serving cause's site that explains the most idle time, skipping gaps it could not attribute."""
+    return next((s["call_site"] for s in part.get("sites") or [] if s["call_site"] != "(unknown)"), None)
 
 
 def _ms(value) -> str:
