@@ -96,29 +96,33 @@ class Engine:
             wake.set()
 
         arrivals = [asyncio.create_task(arrive(r)) for r in requests]
-        finished = 0
-        while finished < len(requests):
-            if self.scheduler.idle:
-                await wake.wait()
-                wake.clear()
-                continue
-            # Annotated on the loop's thread: the profiler records ops only on the thread that started it, so a
-            # step run by `to_thread` shows as its kernels and runtime calls, inside this region.
-            region = (torch.profiler.record_function(f"{STEP_LABEL}#{len(self.steps)}") if self.annotate
-                      else contextlib.nullcontext())
-            started = time.perf_counter()
-            with region:
-                if self.to_thread:
-                    counts = await asyncio.to_thread(self.step)
-                else:
-                    counts = self.step()
-            record = StepRecord(len(self.steps), started, time.perf_counter(), *counts)
-            self.steps.append(record)
-            if self.on_step:
-                self.on_step(record)
-            finished = sum(r.finished_at is not None for r in requests)
-            await asyncio.sleep(self.yield_s)
-        await asyncio.gather(*arrivals)
+        try:
+            finished = 0
+            while finished < len(requests):
+                if self.scheduler.idle:
+                    await wake.wait()
+                    wake.clear()
+                    continue
+                # Annotated on the loop's thread: the profiler records ops only on the thread that started it, so a
+                # step run by `to_thread` shows as its kernels and runtime calls, inside this region.
+                region = (torch.profiler.record_function(f"{STEP_LABEL}#{len(self.steps)}") if self.annotate
+                          else contextlib.nullcontext())
+                started = time.perf_counter()
+                with region:
+                    if self.to_thread:
+                        counts = await asyncio.to_thread(self.step)
+                    else:
+                        counts = self.step()
+                record = StepRecord(len(self.steps), started, time.perf_counter(), *counts)
+                self.steps.append(record)
+                if self.on_step:
+                    self.on_step(record)
+                finished = sum(r.finished_at is not None for r in requests)
+                await asyncio.sleep(self.yield_s)
+        finally:  # a step that raised leaves arrivals pending: end them with the session
+            for task in arrivals:
+                task.cancel()
+        await asyncio.gather(*arrivals, return_exceptions=True)
         return Session(requests, self.steps, loop_started, unix_ns, time.perf_counter())
 
 
