@@ -168,6 +168,12 @@ def _memory_stats(device) -> dict:
     return {k: v for k, v in _torch().cuda.memory_stats(device).items() if isinstance(v, (int, float))}
 
 
+def memory_stats_delta(before: dict, after: dict) -> dict:
+    """The counters that changed over the profiled window (peaks and current values are not counters)."""
+    return {k: after[k] - before.get(k, 0) for k in after
+            if after[k] != before.get(k, 0) and not k.endswith((".peak", ".current"))}
+
+
 def _experimental_config(enabled: bool, notes: list[str]):
     if not enabled:
         return None
@@ -225,8 +231,7 @@ def profile_run(wl, workload: Workload, device, trace_path: Path, progress: Prog
     progress.phase("writing trace", 1)
     prof.export_chrome_trace(str(trace_path))
     progress.advance()
-    delta = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after
-             if stats_after[k] != stats_before.get(k, 0) and not k.endswith((".peak", ".current"))}
+    delta = memory_stats_delta(stats_before, stats_after)
     return {
         "trace": trace_path.name, "recorded_steps": recorded, "schedule": {"wait": wait, "warmup": warmup,
                                                                            "active": recorded},

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from analyzer.capture import (REPO_ROOT, TRACE_FILE, _memory_sample, _memory_stats, _summarize_ms, _sync,
-                              profiler_options)
+                              memory_stats_delta, profiler_options)
 from analyzer.progress import Progress
 from analyzer.runfolder import RunFolder
 from analyzer.workload import Workload
@@ -95,8 +95,7 @@ def _profile_session(wl, workload: Workload, device, run: RunFolder, progress: P
     prof.export_chrome_trace(str(run.path(TRACE_FILE)))
     progress.advance()
     annotations = [f"{wl.step_label}#{s.index}" for s in session.steps]
-    delta = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after
-             if stats_after[k] != stats_before.get(k, 0) and not k.endswith((".peak", ".current"))}
+    delta = memory_stats_delta(stats_before, stats_after)
     return {"trace": TRACE_FILE, "recorded_steps": len(annotations), "schedule": None, "annotations": annotations,
             "window_wall_s": window_s, "memory_stats_delta": delta}, session
 

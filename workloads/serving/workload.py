@@ -33,9 +33,9 @@ class ServingWorkload:
         self.prompt_gen = torch.Generator(device=model.device)
         self.loop = asyncio.new_event_loop()
 
-    def requests(self, count: int | None = None) -> list[Request]:
-        return make_requests(self.count if count is None else count, self.arrival, self.rate,
-                             self.prompt_len, self.output_len, self.seed)
+    def requests(self) -> list[Request]:
+        """The session's traffic: the same requests every time (seeded)."""
+        return make_requests(self.count, self.arrival, self.rate, self.prompt_len, self.output_len, self.seed)
 
     def prompt(self, request: Request) -> torch.Tensor:
         """The request's prompt ids, drawn on the device (no host-to-device copy), the same in every session."""
