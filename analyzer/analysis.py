@@ -11,17 +11,18 @@ from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
 from analyzer.detectors.base import SEVERITIES, us
 from analyzer.runmeta import RunMeta
+from analyzer.gapcauses import CAUSES, PROFILER, UNKNOWN
+from analyzer.sites import describe_site, site_keys
 from analyzer.trace import GpuKind, TraceModel
 
 REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
 
 
-def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path) -> dict:
+def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path, *, user_code: tuple[str, ...] = ()) -> dict:
     started = time.perf_counter()
-    ctx = AnalysisContext(model, meta)
+    ctx = AnalysisContext(model, meta, user_code=user_code)
     results = [detect(ctx) for detect in DETECTORS]
-    findings = [f for r in results for f in r.findings]
-    findings.sort(key=lambda f: (-f.impact_us, SEVERITIES.index(f.severity), f.title))
+    findings = _ranked([f for r in results for f in r.findings])
     tl = ctx.timeline
     gaps = next(r.data for r in results if r.section == "gaps")
     report = {
@@ -29,7 +30,7 @@ def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path) -> dict
         "tool": {"name": "gpu-idle-analyzer", "version": __version__},
         "source": {"trace": str(source), "meta": str(meta.path) if meta else None,
                    "meta_warnings": list(meta.warnings) if meta else []},
-        "summary": _summary(ctx, gaps),
+        "summary": _summary(ctx, gaps, findings),
         "run": _run_info(meta),
         "trace": _trace_info(model),
         **{r.section: r.data for r in results},
@@ -44,11 +45,51 @@ def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path) -> dict
     report["sync_totals"] = syncs
     report["summary"]["top_finding"] = report["findings"][0]["title"] if findings else None
     if not tl.devices:
-        report["summary"]["note"] = "no GPU activity in this trace: a CPU-only run, or no CUDA/HIP activity was recorded"
+        report["summary"]["note"] = _no_gpu_note(model)
     return report
 
 
-def _summary(ctx: AnalysisContext, gaps: dict) -> dict:
+def _ranked(findings: list) -> list:
+    """Top-level findings by GPU idle explained, each followed by the findings that refine it; unique ids."""
+    top = sorted((f for f in findings if not f.parent),
+                 key=lambda f: (-f.impact_us, SEVERITIES.index(f.severity), f.title))
+    children: dict[str, list] = {}
+    for f in findings:
+        if f.parent:
+            children.setdefault(f.parent, []).append(f)
+    ordered = []
+    for f in top:
+        ordered.append(f)
+        ordered += sorted(children.pop(f.id, []), key=lambda c: -c.impact_us)
+    ids = [f.id for f in ordered]
+    if children or len(set(ids)) != len(ids) or not all(ids):
+        raise AssertionError(f"finding ids must be set and unique, parents present: {ids}, orphans {list(children)}")
+    return ordered
+
+
+def _no_gpu_note(model: TraceModel) -> str:
+    foreign = getattr(model, "foreign_activity", None) or {}
+    if foreign:
+        what = ", ".join(f"{count} {cat}" for cat, count in sorted(foreign.items(), key=lambda kv: -kv[1]))
+        return (f"GPU activity of an unsupported device type ({what}): this analyzer reads CUDA and HIP activity "
+                f"only, so it cannot say when that device was idle")
+    return "no GPU activity in this trace: a CPU-only run, or no CUDA/HIP activity was recorded"
+
+
+def _partition(ctx: AnalysisContext, findings: list) -> dict:
+    """Every idle µs: owned by one top-level finding, the measurement's own, or unexplained."""
+    idle_us = ctx.timeline.idle_ns / 1e3
+    owned = sum(f.impact_us for f in findings if not f.parent)
+    instrumentation = ctx.idle.total_ns(PROFILER) / 1e3
+    return {"idle_us": us(ctx.timeline.idle_ns), "findings_us": round(owned, 3),
+            "instrumentation_us": round(instrumentation, 3),
+            "unexplained_us": round(idle_us - owned - instrumentation, 3),
+            "unknown_launch_us": round(ctx.idle.total_ns(UNKNOWN) / 1e3, 3),
+            "definition": "findings (top-level impacts) + instrumentation (the profiler's and the capture's own code)"
+                          " + unexplained (the next work's launch is not in the trace) = GPU idle"}
+
+
+def _summary(ctx: AnalysisContext, gaps: dict, findings: list) -> dict:
     tl = ctx.timeline
     window = tl.window_ns
     steps = gaps["per_step"]
@@ -56,18 +97,40 @@ def _summary(ctx: AnalysisContext, gaps: dict) -> dict:
         "gpu_utilization": round(tl.busy_ns / window, 4) if window else None,
         "gpu_busy_us": us(tl.busy_ns), "gpu_idle_us": us(tl.idle_ns), "window_us": us(window),
         "profiler_overhead_us": us(sum(d.overhead_ns for d in tl.devices)),
-        "steps": len(steps), "devices": [d.device for d in tl.devices],
+        "steps": len(steps), "step_word": ctx.traits.step_word, "devices": [d.device for d in tl.devices],
+        "idle_partition": _partition(ctx, findings), "traits": ctx.traits.as_dict(),
     }
+    dilation = _dilation(ctx, steps)
+    if dilation:
+        summary["step_time_us"] = dilation
+    return summary
+
+
+def _dilation(ctx: AnalysisContext, steps: list[dict]) -> dict | None:
+    """The profiled step against the unprofiled one, measured the same way: CUDA events between step starts are the
+    GPU's step period, so they compare with the period between the starts of each step's GPU work; a CPU clock
+    compares with the CPU period. Omitted, with the reason, when the two cannot be matched."""
     meta = ctx.meta
     unprofiled = meta.get("unprofiled", "step_ms", "p50") if meta else None
-    label = meta.get("unprofiled", "step_label", default="") if meta else ""
-    # the profiled steps of the same kind as the unprofiled timing (decode steps, or prefill-only steps)
-    decode = [s["wall_us"] for s in steps if label and s["step"].startswith(label)]
-    if unprofiled and decode:
-        profiled = sorted(decode)[len(decode) // 2]
-        summary["step_time_us"] = {"unprofiled_p50": round(unprofiled * 1e3, 3), "profiled_p50": profiled,
-                                   "profiler_dilation": round(profiled / (unprofiled * 1e3), 2)}
-    return summary
+    if not unprofiled:
+        return None
+    label = meta.get("unprofiled", "step_label", default="") or ""
+    clock = str(meta.get("unprofiled", "clock", default="") or "")
+    mine = [s for s in steps if label and s["step"].startswith(label)][:-1] or \
+        [s for s in steps if label and s["step"].startswith(label)]
+    gpu_clock = "cuda" in clock.lower()
+    values = [s["gpu_period_us"] for s in mine if s.get("gpu_period_us") is not None] if gpu_clock else \
+        [s["wall_us"] for s in mine]
+    out = {"unprofiled_p50": round(unprofiled * 1e3, 3), "clock": clock or None}
+    if not values:
+        out["omitted"] = (f"no profiled {label or 'step'} steps" if not mine else
+                          "the profiled steps launched no GPU work to time like the unprofiled CUDA events")
+        return out
+    profiled = sorted(values)[len(values) // 2]
+    out.update({"profiled_p50": profiled, "profiled_measure": "GPU period (start of a step's GPU work to the next's)"
+                if gpu_clock else "CPU period (step start to the next step's start)",
+                "profiler_dilation": round(profiled / (unprofiled * 1e3), 2)})
+    return out
 
 
 def _run_info(meta: RunMeta | None) -> dict | None:
@@ -107,38 +170,37 @@ MAX_INTERVALS = 5000
 
 def _timeline_payload(ctx: AnalysisContext) -> dict:
     """Busy and idle intervals per device for the report's timeline, bounded in size: busy intervals closer than
-    the cut-off merge, and only the longest idle intervals are kept when there are too many. Each idle interval
-    names its call site by index into `sites`."""
-    from analyzer.frames import site_label
-    from analyzer.gapcauses import CAUSES
+    the cut-off merge, and only the longest idle pieces are kept when there are too many. Each idle piece names its
+    cause and its call site by index into `sites`."""
     devices, sites, site_index = {}, [], {}
-
-    def site_of(row: int) -> int:
-        label = site_label(ctx.model, ctx.frames, row) if row >= 0 else None
-        if label is None:
-            return -1
-        if label not in site_index:
-            site_index[label] = len(sites)
-            sites.append(label)
-        return site_index[label]
-
-    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
+    idle, rt = ctx.idle, ctx.model.runtime
+    piece_device = ctx.gaps.device[idle.gap] if len(idle) else np.zeros(0, np.int64)
+    row = idle.row
+    safe = np.maximum(row, 0)
+    keys = site_keys(ctx, np.where(row >= 0, rt.frame[safe], idle.frame) if len(rt) else idle.frame,
+                     np.where(row >= 0, rt.op[safe], -1) if len(rt) else np.full(len(idle), -1),
+                     np.where(row >= 0, rt.name[safe], -1) if len(rt) else np.full(len(idle), -1)) \
+        if len(idle) else np.zeros(0, np.int64)
+    for dev in ctx.timeline.devices:
         bs, be = dev.busy_starts, dev.busy_ends
         if len(bs) > MAX_INTERVALS:  # keep the widest gaps between busy intervals; merge across the rest
             keep = np.sort(np.argsort(bs[1:] - be[:-1], kind="stable")[-(MAX_INTERVALS - 1):])
             bs, be = bs[np.append(0, keep + 1)], be[np.append(keep, len(be) - 1)]
-        dur = dev.idle_ends - dev.idle_starts
-        rows = np.arange(len(dur)) if len(dur) <= MAX_INTERVALS else np.sort(np.argsort(-dur)[:MAX_INTERVALS])
-        row_site: dict[int, int] = {}
-        idle = []
-        for i in rows.tolist():
-            r = int(responsible[i])
-            if r not in row_site:
-                row_site[r] = site_of(r)
-            idle.append([us(dev.idle_starts[i]), us(dev.idle_ends[i]), CAUSES[cause[i]], row_site[r]])
+        mine = np.flatnonzero(piece_device == dev.device)
+        dur = idle.end_ns[mine] - idle.start_ns[mine]
+        chosen = mine if len(mine) <= MAX_INTERVALS else np.sort(mine[np.argsort(-dur)[:MAX_INTERVALS]])
+        out = []
+        for i in chosen.tolist():
+            key = int(keys[i])
+            if key not in site_index:
+                label = describe_site(ctx, key)["label"]
+                site_index[key] = len(sites) if label != "(unknown)" else -1
+                if label != "(unknown)":
+                    sites.append(label)
+            out.append([us(idle.start_ns[i]), us(idle.end_ns[i]), CAUSES[idle.cause[i]], site_index[key]])
         devices[str(dev.device)] = {
-            "busy_us": [[us(s), us(e)] for s, e in zip(bs.tolist(), be.tolist())], "idle_us": idle,
-            "idle_total": int(len(dur)), "busy_total": int(len(dev.busy_starts)),
+            "busy_us": [[us(s), us(e)] for s, e in zip(bs.tolist(), be.tolist())], "idle_us": out,
+            "idle_total": int(len(mine)), "busy_total": int(len(dev.busy_starts)),
         }
     return {"devices": devices, "causes": list(CAUSES), "sites": sites,
             "idle_format": ["start_us", "end_us", "cause", "site index (-1: unknown)"]}

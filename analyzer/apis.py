@@ -36,6 +36,7 @@ ALLOC_RESERVE = frozenset({"cudaMalloc", "cudaMallocManaged", "cuMemAlloc", "cuM
                            "hipMallocManaged", "hipMemCreate", "hipMemMap", "hipExtMallocWithFlags"})
 HOST_ALLOC = frozenset({"cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cudaHostRegister",
                         "cudaHostUnregister", "hipHostMalloc", "hipHostFree", "hipHostRegister"})
+HOST_RESERVE = frozenset({"cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "hipHostMalloc", "hipHostRegister"})
 
 # runtime call classes (int8 codes)
 OTHER, IS_LAUNCH, IS_SYNC, IS_SYNC_COPY, IS_ALLOC, IS_HOST_ALLOC = range(6)
@@ -79,3 +80,11 @@ def blocking_copy_rows(model: TraceModel) -> np.ndarray:
     g = rt.gpu[rows]
     keep = (gpu.kind[g] == GpuKind.MEMCPY) & pageable[gpu.name[g]]
     return rows[keep]
+
+
+def is_hip(model: TraceModel) -> bool:
+    """Whether the trace's runtime calls speak HIP (ROCm) rather than CUDA."""
+    codes = np.unique(model.runtime.name) if len(model.runtime) else []
+    hip = sum(1 for c in codes if model.names[c].startswith("hip"))
+    cuda = sum(1 for c in codes if model.names[c].startswith(("cuda", "cu")))
+    return hip > cuda

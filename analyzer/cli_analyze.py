@@ -7,6 +7,7 @@ from analyzer.errors import UsageError
 from analyzer.inputs import TraceInput, resolve_inputs
 
 TOP_PRINTED = 5
+CHILDREN_PRINTED = 2
 
 
 def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -> dict:
@@ -41,7 +42,7 @@ def render_all(report: dict) -> dict[str, str]:
 
 
 def print_summary(report: dict, written: list[Path]) -> None:
-    from analyzer.render.markdown import headline
+    from analyzer.render.markdown import headline, numbered, partition_line
     from analyzer.render.units import fmt_us
     print(f"trace:   {report['source']['trace']}")
     print("summary: " + headline(report).replace("**", ""))
@@ -51,11 +52,20 @@ def print_summary(report: dict, written: list[Path]) -> None:
               "--out /tmp/item_sync-report, or python -m analyzer dashboard")
     if not findings:
         print("findings: none")
-    for i, f in enumerate(findings[:TOP_PRINTED]):
-        site = f" [{f['call_site']}]" if f["call_site"] else ""
-        print(f"  {i + 1}. {f['severity']:<6} {fmt_us(f['impact_us']):>10}  {f['title']}{site}")
-    if len(findings) > TOP_PRINTED:
-        print(f"  ... {len(findings) - TOP_PRINTED} more in the report")
+    if part := partition_line(report):
+        print("idle:    " + part)
+    shown = [(n, f) for n, f in numbered(findings) if n.count(".") == 0 or int(n.split(".")[1]) <= CHILDREN_PRINTED]
+    top = [n for n, f in shown if not f.get("parent")][:TOP_PRINTED]
+    for n, f in shown:
+        if n.split(".")[0] not in top:
+            continue
+        site = f.get("library_site") or f.get("call_site")
+        site = f" [{site}]" if site and site not in f["title"] else ""
+        label = f"     {n:<5}" if f.get("parent") else f"  {n + '.':<4}"
+        print(f"{label} {f['severity']:<6} {fmt_us(f['impact_us']):>10}  {f['title']}{site}")
+    hidden = sum(1 for f in findings if not f.get("parent")) - len(top)
+    if hidden > 0:
+        print(f"  ... {hidden} more in the report")
     print("reports: " + ", ".join(str(p) for p in written))
 
 

@@ -1,7 +1,13 @@
-"""Which Python frames are the user's: the innermost frame outside torch, the standard library and installed
-packages is where a finding is attributed; library frames stay as context."""
+"""Whose code a Python frame is: the user's, a third-party library's, torch's, the standard library's, generated
+(torch.compile / Inductor / FX output), or this tool's own capture code.
+
+Kineto names a Python frame `file(line): func` where `line` is the function's *definition* line, and writes paths
+relative to their sys.path entry (`torch/nn/modules/module.py`, `transformers/generation/utils.py`), so libraries
+are recognised by their top-level package as well as by site-packages / dist-packages in absolute paths.
+"""
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import sys
@@ -10,25 +16,35 @@ import numpy as np
 
 from analyzer.trace import TraceModel
 
+
+class FrameKind(enum.IntEnum):
+    USER = 0
+    LIBRARY = 1  # third-party packages: transformers, vllm, ...
+    TORCH = 2
+    STDLIB = 3
+    GENERATED = 4  # torch.compile output (Inductor cache files), FX graph modules, exec'd strings
+    TOOL = 5  # this tool's own capture code
+    OTHER = 6  # built-in calls and nn.Module markers: not a source location
+
+
 _FILE_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
-_INSTALLED = re.compile(r"(site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python3(\.\d+)?[/\\]|^<")
-# The profiler writes paths relative to their sys.path entry (`torch/nn/modules/module.py`, `contextlib.py`), so
-# libraries are also recognised by their top-level package.
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-_KNOWN_LIBRARIES = frozenset({
-    "torch", "torchvision", "torchaudio", "torchao", "functorch", "triton", "numpy", "transformers", "accelerate",
-    "safetensors", "tokenizers", "huggingface_hub", "einops", "peft", "diffusers", "typing_extensions", "tqdm",
-    "packaging", "xformers", "flash_attn", "apex", "deepspeed", "pytorch_lightning", "lightning", "_pytest",
-    "pluggy", "runpy", "importlib",
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"_pytest"}
+_TORCH = frozenset({"torch", "torchvision", "torchaudio", "functorch", "torchao", "torchgen"})
+# Top-level packages of well-known libraries, for paths written relative to site-packages.
+_LIBRARIES = frozenset({
+    "accelerate", "aiter", "apex", "bitsandbytes", "deepspeed", "diffusers", "einops", "fairscale", "fastapi",
+    "fbgemm_gpu", "flash_attn", "flashinfer", "huggingface_hub", "hydra", "jax", "lightning", "liger_kernel",
+    "lmdeploy", "megatron", "mmcv", "mmengine", "msgspec", "numpy", "omegaconf", "packaging", "pandas", "peft",
+    "pluggy", "pydantic", "pytorch_lightning", "ray", "safetensors", "scipy", "sgl_kernel", "sglang",
+    "starlette", "tensorrt_llm", "timm", "tokenizers", "tqdm", "transformers", "triton", "triton_kernels",
+    "typing_extensions", "uvicorn", "uvloop", "vllm", "xformers", "zmq",
 })
-
-
-def _is_library_path(path: str) -> bool:
-    if _INSTALLED.search(path):
-        return True
-    top = re.split(r"[/\\]", path.lstrip("./"), maxsplit=1)[0]
-    top = top[:-3] if top.endswith(".py") else top
-    return top in _STDLIB or top in _KNOWN_LIBRARIES
+_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
+_STDLIB_PATH = re.compile(r"[/\\]lib[/\\]python3(\.\d+)?[/\\]")
+_GENERATED_PATH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|[/\\]\.triton[/\\]cache[/\\]")
+_TOOL_PATH = re.compile(r"(^|[/\\])analyzer[/\\]capture")
+# Frames that run on behalf of their enclosing function: time in them belongs to it.
+_INNER_FUNCTIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
 
 
 @functools.lru_cache(maxsize=65536)
@@ -40,25 +56,96 @@ def parse_frame(name: str) -> tuple[str, int, str] | None:
     return m.group("file"), int(m.group("line")), m.group("func")
 
 
+def _path_kind(path: str, user_code: tuple[str, ...]) -> FrameKind:
+    if path.startswith("<frozen"):
+        return FrameKind.STDLIB
+    if path.startswith("<") or _GENERATED_PATH.search(path):
+        return FrameKind.GENERATED
+    if _TOOL_PATH.search(path):
+        return FrameKind.TOOL
+    clean = path.replace("\\", "/")
+    if any(clean.startswith(prefix) or clean.lstrip("./").startswith(prefix.lstrip("./")) for prefix in user_code):
+        return FrameKind.USER
+    parts = [p for p in clean.split("/") if p and p != "."]
+    top = parts[0][:-3] if parts and parts[0].endswith(".py") else (parts[0] if parts else "")
+    installed = bool(_INSTALLED.search(path))
+    if top in _TORCH or (installed and any(p in _TORCH for p in parts)):
+        return FrameKind.TORCH
+    if not clean.startswith("/") and top in _STDLIB:
+        return FrameKind.STDLIB
+    if _STDLIB_PATH.search(path) and not installed:
+        return FrameKind.STDLIB
+    if installed or top in _LIBRARIES or (clean.startswith("/") and any(p in _LIBRARIES for p in parts[:-1])):
+        return FrameKind.LIBRARY
+    return FrameKind.USER
+
+
 @functools.lru_cache(maxsize=65536)
-def is_user_frame(name: str) -> bool:
+def frame_kind(name: str, user_code: tuple[str, ...] = ()) -> FrameKind:
     parsed = parse_frame(name)
-    return parsed is not None and not _is_library_path(parsed[0])
+    if parsed is None:
+        return FrameKind.OTHER
+    return _path_kind(parsed[0], user_code)
+
+
+def is_inner_function(name: str) -> bool:
+    parsed = parse_frame(name)
+    return parsed is not None and parsed[2] in _INNER_FUNCTIONS
+
+
+def describe_frame(name: str | None) -> str | None:
+    """`forward() (defined at workloads/qwen2/model.py:56)`: a frame as what it is, a function, not a culprit line."""
+    if not name:
+        return None
+    parsed = parse_frame(name)
+    if parsed is None:
+        return name
+    file, line, func = parsed
+    return f"{func}() (defined at {file}:{line})"
 
 
 class FrameIndex:
-    """Per-frame-row answers computed once per trace: the innermost user frame at or above each frame."""
+    """Per-frame-row answers computed once per trace.
 
-    def __init__(self, model: TraceModel):
+    - user_frame: the innermost frame at or above that is the user's (or this tool's) code, skipping generator
+      expressions, comprehensions and lambdas, whose time belongs to the function that runs them;
+    - library_frame: the innermost third-party library frame at or above, if it lies inside that user frame
+      (a library the user called, not a library that called the user's code);
+    - generated_frame: the innermost frame of generated code (a torch.compile graph) at or above.
+    """
+
+    def __init__(self, model: TraceModel, user_code: tuple[str, ...] = ()):
         self.model = model
+        self.user_code = tuple(user_code)
         frames = model.frames
         codes = np.unique(frames.name)
-        user_code = np.zeros(len(model.names), dtype=bool)
-        user_code[codes] = [is_user_frame(model.names[c]) for c in codes.tolist()]
-        self.user_frame = _nearest_marked(user_code[frames.name], frames.parent, frames.start_ns)
+        kind_by_code = np.full(len(model.names), FrameKind.OTHER, dtype=np.int8)
+        inner_by_code = np.zeros(len(model.names), dtype=bool)
+        for c in codes.tolist():
+            kind_by_code[c] = frame_kind(model.names[c], self.user_code)
+            inner_by_code[c] = is_inner_function(model.names[c])
+        self.kind_by_code = kind_by_code
+        kind = kind_by_code[frames.name] if len(frames) else np.zeros(0, np.int8)
+        self.kind = kind
+        owner = ((kind == FrameKind.USER) | (kind == FrameKind.TOOL)) & ~inner_by_code[frames.name]
+        self.user_frame = _nearest_marked(owner, frames.parent, frames.start_ns)
+        library = _nearest_marked(kind == FrameKind.LIBRARY, frames.parent, frames.start_ns)
+        depth = _depth(frames.parent, frames.start_ns)
+        user_depth = np.where(self.user_frame >= 0, depth[np.maximum(self.user_frame, 0)], -1)
+        lib_depth = np.where(library >= 0, depth[np.maximum(library, 0)], -1)
+        self.library_frame = np.where((library >= 0) & (lib_depth > user_depth), library, -1)
+        self.generated_frame = _nearest_marked(kind == FrameKind.GENERATED, frames.parent, frames.start_ns)
 
     def user_frame_of(self, frame_row: int) -> int:
         return int(self.user_frame[frame_row]) if frame_row >= 0 else -1
+
+    def library_frame_of(self, frame_row: int) -> int:
+        return int(self.library_frame[frame_row]) if frame_row >= 0 else -1
+
+    def is_tool(self, frame_row: int) -> bool:
+        """Whether the code responsible for this frame is this tool's own capture code."""
+        user = self.user_frame_of(frame_row)
+        return user >= 0 and self.kind[user] == FrameKind.TOOL
 
     def name(self, frame_row: int) -> str | None:
         return self.model.names[self.model.frames.name[frame_row]] if frame_row >= 0 else None
@@ -73,13 +160,22 @@ def _nearest_marked(marked: np.ndarray, parent: np.ndarray, start: np.ndarray) -
     earlier (ties: comes first) counts, as in one forward pass in start order; so chains have no cycles and pointer
     jumping ends after about log2(depth) rounds."""
     rows = np.arange(len(marked))
-    rank = np.empty(len(marked), dtype=np.int64)
-    rank[np.argsort(start, kind="stable")] = rows
-    linked = (parent >= 0) & (rank[np.maximum(parent, 0)] < rank)
-    pointer = np.where(marked, rows, np.where(linked, parent, -1))
+    pointer = np.where(marked, rows, np.where(_linked(parent, start), parent, -1))
     while len(pending := np.flatnonzero((pointer >= 0) & ~marked[np.maximum(pointer, 0)])):
         pointer[pending] = pointer[pointer[pending]]
     return pointer
+
+
+def _linked(parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    rank = np.empty(len(parent), dtype=np.int64)
+    rank[np.argsort(start, kind="stable")] = np.arange(len(parent))
+    return (parent >= 0) & (rank[np.maximum(parent, 0)] < rank)
+
+
+def _depth(parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Ancestors of each frame along acyclic parent links (as _nearest_marked follows them)."""
+    from analyzer.trace.joins import depth_from_parent
+    return depth_from_parent(np.where(_linked(parent, start), parent, -1))
 
 
 def outermost_op(model: TraceModel, op_row: int) -> int:
@@ -102,20 +198,3 @@ def op_chain(model: TraceModel, op_row: int) -> list[str]:
             chain.append(names[ops.name[row]])
         row = int(ops.parent[row])
     return chain
-
-
-def site_label(model: TraceModel, frames: FrameIndex, runtime_row: int) -> str:
-    """Where a runtime call came from: the innermost user frame, else the innermost Python frame, else (in
-    traces without Python stacks) the outermost op, else the call itself."""
-    if runtime_row < 0:
-        return "(unknown)"
-    frame = int(model.runtime.frame[runtime_row])
-    user = frames.user_frame_of(frame)
-    if user >= 0:
-        return frames.name(user)
-    if frame >= 0:
-        return frames.name(frame)
-    op = int(model.runtime.op[runtime_row])
-    if op >= 0:
-        return model.names[model.ops.name[outermost_op(model, op)]]
-    return f"{model.names[model.runtime.name[runtime_row]]} (outside any op)"

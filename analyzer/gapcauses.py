@@ -1,105 +1,276 @@
-"""Why the GPU sat idle: each idle interval's cause, judged from what the CPU was doing when the GPU ran dry.
+"""Why the GPU sat idle: every idle interval cut into pieces, each with one cause.
 
-- sync: a blocking call (stream/device/event synchronize, synchronous or pageable copy) was waiting when the GPU
-  finished its work, i.e. it drained the queue
-- allocator: cudaMalloc / cudaFree / cuMem* ran during the gap
-- cpu_launch: the launch of the next GPU work was still in progress when the GPU went idle (eager overhead:
-  Python, dispatcher, launch call)
-- other: the next work was already queued (GPU-side latency, e.g. between a CUDA graph's kernels), or nothing
-  launched it that the trace shows
-- event_loop_idle: the thread that launched the next work spent most of the gap parked in an event loop's
-  selector (asyncio sleeping or waiting for I/O: no Python ready to run)
-- thread_hop: that thread spent most of the gap waiting for another thread to hand it work (a worker pool's queue,
-  a lock, a future), or the work moved to another thread across the gap
-
-The last two need Python frames (with_stack) and win over sync and cpu_launch when they fill most of the gap: the
-blocking call ended early in it, and what kept the GPU idle afterwards was the parked thread.
+A gap ends when the GPU gets its next work. If that work had already been launched when the gap began, nothing on
+the CPU kept the GPU waiting:
+- queued: GPU-side latency between queued work (between a replayed graph's kernels, waits on other streams).
+Otherwise the gap is cut by what the thread that launched the next work was doing during it; the first matching
+layer wins, time that none covers is `cpu_launch`:
+- profiler: the profiler's own code, or this tool's capture code (instrumentation: absent from unprofiled runs);
+- sync: a blocking call (stream/device/event synchronize, a synchronous or pageable copy);
+- allocator: cudaMalloc / cudaFree / cuMem* / pinned host allocation (cudaFree also synchronizes);
+- warmup: one-time costs (analyzer.onetime) and CUDA-graph capture;
+- event_loop_idle: parked in an event loop's selector (asyncio sleeping or waiting for I/O);
+- thread_hop: waiting for another thread to hand it work (a worker pool's queue, a lock, a future);
+- cpu_launch: the CPU running Python, the dispatcher and the launch call itself (eager overhead) - or
+  thread_hop, when the work came from another thread than the work before the gap.
+- unknown: the next work's launch call is not in the trace.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from analyzer import apis, waits
-from analyzer.timeline import DeviceTimeline
+from analyzer.graphs import GraphUse
+from analyzer.instrumentation import PROFILER_FRAME
+from analyzer.onetime import FIRST_TIME_FRAME
+from analyzer.timeline import GpuTimeline
 from analyzer.trace import TraceModel
+from analyzer.trace.joins import thread_keys
 
-CAUSES = ("cpu_launch", "sync", "allocator", "other", "event_loop_idle", "thread_hop")
-CPU_LAUNCH, SYNC, ALLOCATOR, OTHER, EVENT_LOOP_IDLE, THREAD_HOP = range(6)
-SYNC_TOLERANCE_NS = 2_000  # CPU and GPU clocks agree to about a microsecond
-
-
-def _covering(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, t_lo: np.ndarray, t_hi: np.ndarray):
-    """For each query [t_lo, t_hi]: the row among `rows` (sorted by start) with start < t_hi and the latest end,
-    if that end >= t_lo; else -1."""
-    if len(rows) == 0:
-        return np.full(len(t_lo), -1, np.int64)
-    order = rows[np.argsort(starts[rows], kind="stable")]
-    s, e = starts[order], ends[order]
-    best = np.maximum.accumulate(e)
-    arg = np.zeros(len(e), np.int64)
-    running = 0
-    for i in range(1, len(e)):  # index of the running maximum
-        if e[i] >= e[running]:
-            running = i
-        arg[i] = running
-    idx = np.searchsorted(s, t_hi, side="left") - 1
-    ok = (idx >= 0) & (best[np.clip(idx, 0, None)] >= t_lo)
-    return np.where(ok, order[arg[np.clip(idx, 0, None)]], -1)
+CAUSES = ("cpu_launch", "sync", "allocator", "warmup", "queued", "event_loop_idle", "thread_hop", "profiler",
+          "unknown")
+CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN = range(9)
+# The causes that are not a finding's: instrumentation and what the trace cannot explain.
+UNATTRIBUTED = (PROFILER, UNKNOWN)
 
 
-def classify_gaps(model: TraceModel, device_timeline: DeviceTimeline):
-    """(cause code, responsible runtime row) for every idle interval of one device."""
+@dataclasses.dataclass(frozen=True)
+class Gaps:
+    """Every idle interval of every device (overhead removed), in device order."""
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    device: np.ndarray
+    next_gpu: np.ndarray  # the GPU row that ends the gap
+    launch: np.ndarray  # the runtime row that launched it, -1 unknown
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdlePieces:
+    """Gaps cut by cause; together they cover every idle nanosecond exactly once. Sorted by gap, then time."""
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    cause: np.ndarray  # int8 code into CAUSES
+    row: np.ndarray  # the runtime row responsible (the blocking call, the allocation, the next launch), -1 none
+    frame: np.ndarray  # the Python frame responsible (a wait, a profiler frame, an import), -1 none
+    op: np.ndarray  # the op responsible (a first call that paid for set-up), -1 none
+    gap: np.ndarray  # index into Gaps
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    @property
+    def duration_ns(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+    def total_ns(self, cause: int) -> int:
+        sel = self.cause == cause
+        return int((self.end_ns[sel] - self.start_ns[sel]).sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    cause: int
+    key: np.ndarray  # thread key per interval
+    start: np.ndarray
+    end: np.ndarray
+    row: np.ndarray
+    frame: np.ndarray
+    op: np.ndarray
+
+
+def collect_gaps(model: TraceModel, timeline: GpuTimeline) -> Gaps:
+    devices = timeline.devices
+    if not devices:
+        empty = np.zeros(0, np.int64)
+        return Gaps(empty, empty, empty, empty, empty)
+    start = np.concatenate([d.idle_starts for d in devices])
+    next_gpu = np.concatenate([d.idle_next_gpu for d in devices]).astype(np.int64)
+    launch = model.gpu.launch[next_gpu] if len(next_gpu) else np.zeros(0, np.int64)
+    return Gaps(start, np.concatenate([d.idle_ends for d in devices]),
+                np.concatenate([np.full(len(d.idle_starts), d.device) for d in devices]), next_gpu, launch)
+
+
+def classify_idle(model: TraceModel, timeline: GpuTimeline, classes: np.ndarray, one_time: np.ndarray,
+                  first_call_ops: np.ndarray, instrumentation: np.ndarray,
+                  graphs: GraphUse) -> tuple[Gaps, IdlePieces]:
+    gaps = collect_gaps(model, timeline)
     rt = model.runtime
-    a, b = device_timeline.idle_starts, device_timeline.idle_ends
-    classes = apis.runtime_classes(model)
-    blocking = np.zeros(len(rt), bool)
-    blocking[(classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)] = True
-    blocking[apis.blocking_copy_rows(model)] = True
-    sync_row = _covering(rt.start_ns, rt.end_ns, np.flatnonzero(blocking), a - SYNC_TOLERANCE_NS, a)
-    alloc_row = _covering(rt.start_ns, rt.end_ns, np.flatnonzero(classes == apis.IS_ALLOC), a + 1, b)
-    launch_row = model.gpu.launch[device_timeline.idle_next_gpu] if len(a) else np.zeros(0, np.int64)
-    safe = np.clip(launch_row, 0, None)
-    graph_codes = [c for c, n in enumerate(model.names) if n in apis.GRAPH_LAUNCH]
-    if len(rt):
+    a, b, launch = gaps.start_ns, gaps.end_ns, gaps.launch
+    known = launch >= 0
+    safe = np.maximum(launch, 0)
+    queued = np.zeros(len(gaps), bool)
+    if len(rt) and known.any():
+        graph_codes = [c for c, n in enumerate(model.names) if n in apis.GRAPH_LAUNCH]
         is_graph = np.isin(rt.name[safe], graph_codes)
-        # A kernel launch still in progress when the GPU ran dry is launch overhead. A graph launch returns while
-        # its kernels run, so gaps between a graph's own kernels are GPU-side unless the launch began after the gap.
-        late_launch = (launch_row >= 0) & np.where(is_graph, rt.start_ns[safe] >= a - SYNC_TOLERANCE_NS,
-                                                   rt.end_ns[safe] > a)
-    else:  # GPU rows without any runtime call (kernels only): nothing on the CPU launched them
-        late_launch = np.zeros(len(a), bool)
-    cause = np.full(len(a), OTHER, np.int8)
-    cause[late_launch] = CPU_LAUNCH
-    cause[alloc_row >= 0] = ALLOCATOR
-    cause[sync_row >= 0] = SYNC
-    responsible = np.where(sync_row >= 0, sync_row, np.where(alloc_row >= 0, alloc_row, launch_row))
-    loop_idle, hop = _parked(model, a, b, launch_row, cause)
-    cause[loop_idle] = EVENT_LOOP_IDLE
-    cause[hop] = THREAD_HOP
-    responsible[loop_idle | hop] = launch_row[loop_idle | hop]
-    return cause, responsible
+        later_node = is_graph & (rt.gpu[safe] != gaps.next_gpu)  # not the first kernel the graph launch ran
+        queued = known & (later_node | (rt.end_ns[safe] <= a))
+    remainder = np.where(known, CPU_LAUNCH, UNKNOWN).astype(np.int8)
+    remainder[queued] = QUEUED
+    remainder[known & ~queued & _moved(model, timeline, launch)] = THREAD_HOP
+    carved = known & ~queued
+    fr = model.frames
+    # one call, so that equal threads get equal keys across the tables
+    ops = model.ops
+    keys = thread_keys([rt.pid, fr.pid, ops.pid[first_call_ops], graphs.capture_pid],
+                       [rt.tid, fr.tid, ops.tid[first_call_ops], graphs.capture_tid])
+    gap_key = np.where(carved, keys[0][safe] if len(rt) else -1, -1)
+    layers = _layers(model, classes, one_time, instrumentation, first_call_ops, graphs, *keys)
+    return gaps, _carve(a, b, gap_key, remainder, launch, layers)
 
 
-def _parked(model: TraceModel, a: np.ndarray, b: np.ndarray, launch_row: np.ndarray, cause: np.ndarray):
-    """Masks of the gaps whose next launching thread sat in an event-loop wait / a thread hand-off wait for at
-    least half the gap, or (hop) that opened a busy period on another thread than the previous one did."""
+def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.ndarray:
+    """Whether the work after each gap was launched from another thread than the work before it."""
     rt = model.runtime
-    none = np.zeros(len(a), bool)
-    if not len(a) or not len(rt):
-        return none, none
-    known = launch_row >= 0
-    safe = np.clip(launch_row, 0, None)
-    pid, tid = rt.pid[safe], rt.tid[safe]
-    half = (b - a + 1) // 2
-    loop_ns = waits.covered_ns(model, waits.matching_frames(model, waits.EVENT_LOOP_WAIT), pid, tid, a, b)
-    handoff_ns = waits.covered_ns(model, waits.matching_frames(model, waits.HANDOFF_WAIT), pid, tid, a, b)
-    eligible = known & (cause != ALLOCATOR)
-    loop_idle = eligible & (loop_ns >= half) & (loop_ns >= handoff_ns)
-    moved = np.zeros(len(a), bool)
-    prev_known = known[:-1] & known[1:]
-    moved[1:] = prev_known & ((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]))
-    moved &= np.isin(cause, (CPU_LAUNCH, OTHER))
-    hop = eligible & ~loop_idle & ((handoff_ns >= half) | moved)
-    return loop_idle, hop
+    if not len(launch):
+        return np.zeros(0, bool)
+    prev = np.concatenate([d.idle_prev_gpu for d in timeline.devices]).astype(np.int64)
+    prev_launch = model.gpu.launch[prev] if len(prev) else np.zeros(0, np.int64)
+    both = (launch >= 0) & (prev_launch >= 0)
+    p, q = np.maximum(launch, 0), np.maximum(prev_launch, 0)
+    return both & ((rt.pid[p] != rt.pid[q]) | (rt.tid[p] != rt.tid[q]))
 
 
+def _layers(model: TraceModel, classes: np.ndarray, one_time: np.ndarray, tool: np.ndarray,
+            first_call_ops: np.ndarray, graphs: GraphUse, rt_key: np.ndarray, fr_key: np.ndarray, op_key: np.ndarray,
+            capture_key: np.ndarray) -> list[_Layer]:
+    rt, fr, ops = model.runtime, model.frames, model.ops
+
+    def none(n: int) -> np.ndarray:
+        return np.full(n, -1, np.int64)
+
+    def calls(cause: int, mask: np.ndarray) -> _Layer:
+        rows = np.flatnonzero(mask)
+        return _Layer(cause, rt_key[rows], rt.start_ns[rows], rt.end_ns[rows], rows, none(len(rows)), none(len(rows)))
+
+    def frame_layer(cause: int, rows: np.ndarray) -> _Layer:
+        return _Layer(cause, fr_key[rows], fr.start_ns[rows], fr.end_ns[rows], none(len(rows)), rows, none(len(rows)))
+
+    blocking = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
+    blocking[apis.blocking_copy_rows(model)] = True
+    memory = (classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)
+    blocking &= ~memory
+    layers = [
+        frame_layer(PROFILER, waits.matching_frames(model, PROFILER_FRAME)),
+        calls(PROFILER, tool),
+        calls(SYNC, blocking & ~tool),
+        calls(ALLOCATOR, memory & (one_time == 0) & ~tool),
+        calls(WARMUP, (one_time > 0) & ~tool),
+        _Layer(WARMUP, capture_key, graphs.capture_starts_ns, graphs.capture_ends_ns, none(graphs.captures),
+               none(graphs.captures), none(graphs.captures)),
+        frame_layer(WARMUP, waits.matching_frames(model, FIRST_TIME_FRAME)),
+        _Layer(WARMUP, op_key, ops.start_ns[first_call_ops], ops.end_ns[first_call_ops], none(len(first_call_ops)),
+               none(len(first_call_ops)), first_call_ops),
+        frame_layer(EVENT_LOOP_IDLE, waits.matching_frames(model, waits.EVENT_LOOP_WAIT)),
+        frame_layer(THREAD_HOP, waits.matching_frames(model, waits.HANDOFF_WAIT)),
+    ]
+    return [layer for layer in layers if len(layer.start)]
+
+
+def _merged(layer: _Layer):
+    """The layer's intervals merged per thread key, sorted by (key, start); each keeps its first member's row."""
+    order = np.lexsort((-layer.end, layer.start, layer.key))
+    key, s, e = layer.key[order], layer.start[order], layer.end[order]
+    reach = e.copy()
+    new = np.ones(len(s), bool)
+    # running maximum of the end within each key
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(s)].tolist()):
+        reach[lo:hi] = np.maximum.accumulate(e[lo:hi])
+        new[lo + 1:hi] = s[lo + 1:hi] > reach[lo:hi - 1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:], len(s)] - 1
+    return key[first], s[first], reach[last], layer.row[order][first], layer.frame[order][first], \
+        layer.op[order][first]
+
+
+def _carve(a, b, gap_key, remainder, launch, layers: list[_Layer]) -> IdlePieces:
+    """Pieces of every gap: the gaps no layer touches stay whole; the others are swept point by point."""
+    seg = {k: [] for k in ("gap", "start", "end", "layer", "row", "frame", "op")}
+    carved = np.flatnonzero(gap_key >= 0)
+    for rank, layer in enumerate(layers):
+        key, s, e, row, frame, op = _merged(layer)
+        for k in np.intersect1d(np.unique(gap_key[carved]), key).tolist():
+            g = carved[gap_key[carved] == k]
+            lo_i, hi_i = np.searchsorted(key, k, "left"), np.searchsorted(key, k, "right")
+            ks, ke = s[lo_i:hi_i], e[lo_i:hi_i]
+            first = np.searchsorted(ke, a[g], side="right")  # the first interval ending after the gap starts
+            stop = np.searchsorted(ks, b[g], side="left")  # intervals starting before the gap ends
+            n = np.maximum(stop - first, 0)
+            if not n.sum():
+                continue
+            gi = np.repeat(g, n)
+            ii = lo_i + np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+            seg["gap"].append(gi)
+            seg["start"].append(np.maximum(s[ii], a[gi]))
+            seg["end"].append(np.minimum(e[ii], b[gi]))
+            seg["layer"].append(np.full(len(gi), rank))
+            seg["row"].append(row[ii])
+            seg["frame"].append(frame[ii])
+            seg["op"].append(op[ii])
+    if seg["gap"]:
+        parts = {k: np.concatenate(v) for k, v in seg.items()}
+        keep = parts["end"] > parts["start"]
+        parts = {k: v[keep] for k, v in parts.items()}
+    else:
+        parts = {k: np.zeros(0, np.int64) for k in seg}
+    causes = np.array([layer.cause for layer in layers], np.int8)
+    touched = np.zeros(len(a), bool)
+    touched[parts["gap"]] = True
+    whole = np.flatnonzero(~touched)
+    pieces = [(a[whole], b[whole], remainder[whole], launch[whole], np.full(len(whole), -1, np.int64),
+               np.full(len(whole), -1, np.int64), whole)]
+    if len(parts["gap"]):
+        pieces.append(_sweep(a, b, remainder, launch, parts, causes, len(layers)))
+    start, end, cause, row, frame, op, gap = (np.concatenate(c) for c in zip(*pieces))
+    order = np.lexsort((start, gap))
+    return IdlePieces(start[order], end[order], cause[order].astype(np.int8), row[order], frame[order], op[order],
+                      gap[order])
+
+
+def _sweep(a, b, remainder, launch, parts: dict, causes: np.ndarray, n_layers: int):
+    """Elementary intervals between all segment bounds of each touched gap, each given the highest-priority layer
+    covering it (or the gap's remainder cause), then merged where neighbours agree."""
+    gaps = np.unique(parts["gap"])
+    n_seg = len(parts["gap"])
+    ev_gap = np.concatenate([parts["gap"], parts["gap"], gaps, gaps])
+    ev_t = np.concatenate([parts["start"], parts["end"], a[gaps], b[gaps]])
+    ev_layer = np.concatenate([parts["layer"], parts["layer"], np.full(2 * len(gaps), -1)])
+    ev_delta = np.concatenate([np.ones(n_seg, np.int64), -np.ones(n_seg, np.int64), np.zeros(2 * len(gaps), np.int64)])
+    ev_seg = np.concatenate([np.arange(n_seg), np.arange(n_seg), np.full(2 * len(gaps), -1)])
+    order = np.lexsort((ev_t, ev_gap))
+    ev_gap, ev_t, ev_layer, ev_delta, ev_seg = (x[order] for x in (ev_gap, ev_t, ev_layer, ev_delta, ev_seg))
+    n = len(order)
+    last_of_point = np.ones(n, bool)
+    last_of_point[:-1] = (ev_gap[1:] != ev_gap[:-1]) | (ev_t[1:] != ev_t[:-1])
+    idx = np.arange(n)
+    chosen = np.full(n, -1, np.int64)  # per event: the segment of the winning layer after it
+    for layer in range(n_layers - 1, -1, -1):  # lower rank = higher priority, so it is applied last
+        mine = ev_layer == layer
+        active = np.cumsum(np.where(mine, ev_delta, 0))
+        latest = np.maximum.accumulate(np.where(mine & (ev_delta > 0), idx, -1))
+        on = active > 0
+        chosen[on] = ev_seg[latest[on]]
+    points = np.flatnonzero(last_of_point)
+    p_gap, p_t, p_seg = ev_gap[points], ev_t[points], chosen[points]
+    same_gap = p_gap[1:] == p_gap[:-1]
+    lo, hi, g, s = p_t[:-1][same_gap], p_t[1:][same_gap], p_gap[:-1][same_gap], p_seg[:-1][same_gap]
+    keep = hi > lo
+    lo, hi, g, s = lo[keep], hi[keep], g[keep], s[keep]
+    covered = s >= 0
+    safe = np.maximum(s, 0)
+    cause = np.where(covered, causes[parts["layer"][safe]], remainder[g]).astype(np.int8)
+    row = np.where(covered, parts["row"][safe], launch[g])
+    frame = np.where(covered, parts["frame"][safe], -1)
+    op = np.where(covered, parts["op"][safe], -1)
+    # merge neighbours of one gap with the same cause and responsible row/frame/op
+    new = np.ones(len(lo), bool)
+    new[1:] = (g[1:] != g[:-1]) | (cause[1:] != cause[:-1]) | (row[1:] != row[:-1]) | (frame[1:] != frame[:-1]) \
+        | (op[1:] != op[:-1]) | (lo[1:] != hi[:-1])
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:], len(lo)] - 1
+    return lo[first], hi[last], cause[first], row[first], frame[first], op[first], g[first]

@@ -1,4 +1,4 @@
-"""Steps of a run: which annotations mark them, and the stretch of GPU timeline each one owns."""
+"""Steps of a run: which annotations mark them, and the CPU time each one owns (its launches)."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +16,7 @@ class StepRanges:
     names: list[str]
     cpu_start_ns: np.ndarray
     cpu_end_ns: np.ndarray
-    lo_ns: np.ndarray  # the step's stretch of the GPU timeline: [lo, hi)
+    lo_ns: np.ndarray  # the CPU time the step owns: [lo, hi)
     hi_ns: np.ndarray
     source: str  # which annotations were used
 
@@ -34,8 +34,8 @@ class StepRanges:
 def step_ranges(model: TraceModel) -> StepRanges:
     """Steps from the capture's own annotations (prefill, decode_step#N, ...) when present, else ProfilerStep#N.
 
-    Step k owns the GPU timeline from its CPU start to the next step's CPU start (the last one: until the end of
-    the GPU work launched inside it), so per-step busy and idle time add up to the whole.
+    Step k owns the CPU time from its start to the next step's start (the last one: to its end): runtime calls made
+    then are its launches, and the GPU work they launched is its GPU work, wherever on the GPU timeline it ran.
     """
     steps, names = model.steps, model.names
     labels = [names[c] for c in steps.name.tolist()]
@@ -54,13 +54,5 @@ def step_ranges(model: TraceModel) -> StepRanges:
     rows = np.asarray(keep, np.int64)
     cpu_s, cpu_e = steps.start_ns[rows], steps.end_ns[rows]
     lo = cpu_s.copy()
-    hi = np.append(cpu_s[1:], 0).astype(np.int64)
-    if len(rows):
-        last_end = int(cpu_e[-1])
-        rt, gpu = model.runtime, model.gpu
-        launched = (rt.start_ns >= cpu_s[-1]) & (rt.start_ns < cpu_e[-1]) & (rt.gpu >= 0)
-        if launched.any():
-            last_end = max(last_end, int(gpu.end_ns[gpu.launch >= 0][
-                np.isin(gpu.launch[gpu.launch >= 0], np.flatnonzero(launched))].max(initial=last_end)))
-        hi[-1] = last_end
+    hi = np.append(cpu_s[1:], cpu_e[-1:]).astype(np.int64)
     return StepRanges([labels[r] for r in rows.tolist()], cpu_s, cpu_e, lo, hi, source)

@@ -29,6 +29,21 @@ def _is_user_frame(filename: str) -> bool:
     return not path.startswith(_LIBRARY_ROOTS)
 
 
+def _is_library_frame(filename: str) -> bool:
+    """Installed third-party code (not torch): where inside a library the sync happened."""
+    path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+    return ("site-packages" in path or "dist-packages" in path) and not path.startswith(_TORCH_ROOT)
+
+
+def _library_path(filename: str) -> str:
+    """transformers/masking_utils.py: the path below site-packages, as Kineto writes it."""
+    parts = Path(filename).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    return filename
+
+
 def _display_path(filename: str, root: Path) -> str:
     try:
         return str(Path(filename).resolve().relative_to(root))
@@ -66,14 +81,20 @@ class SyncSiteRecorder:
         if SYNC_WARNING not in str(message):
             return self._previous_show(message, category, filename, lineno, file, line)
         stack = traceback.extract_stack()[:-1]
-        user = [f for f in stack if _is_user_frame(f.filename)]
+        user_at = [i for i, f in enumerate(stack) if _is_user_frame(f.filename)]
+        user = [stack[i] for i in user_at]
         site = user[-1] if user else stack[-1]
-        key = (_display_path(site.filename, self.root), site.lineno)
+        below = stack[user_at[-1] + 1:] if user else []
+        library = next((f for f in reversed(below) if _is_library_frame(f.filename)), None)
+        lib_file = _library_path(library.filename) if library else None
+        key = (_display_path(site.filename, self.root), site.lineno, lib_file, library.lineno if library else None)
         entry = self.sites.get(key)
         if entry is None:
             entry = self.sites[key] = {
                 "file": key[0], "line": key[1], "function": site.name, "code": (site.line or "").strip(),
                 "call_site": f"{key[0]}:{key[1]}", "count": 0, "phases": {},
+                "library_file": lib_file, "library_line": key[3], "library_function": library.name if library else None,
+                "library_code": (library.line or "").strip() if library else None,
                 "raised_at": f"{_display_path(filename, self.root)}:{lineno}",
                 "user_stack": [f"{_display_path(f.filename, self.root)}:{f.lineno} {f.name}" for f in user[-4:]],
             }

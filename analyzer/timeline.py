@@ -87,6 +87,7 @@ class DeviceTimeline:
     idle_starts: np.ndarray  # gaps between busy intervals, overhead removed
     idle_ends: np.ndarray
     idle_next_gpu: np.ndarray  # gpu row that starts right after each idle interval
+    idle_prev_gpu: np.ndarray  # gpu row whose end opened the gap (the last to finish before it)
     overhead_ns: int
 
     @property
@@ -138,11 +139,15 @@ def build_timeline(model: TraceModel) -> GpuTimeline:
         by_start = rows[np.argsort(starts, kind="stable")]
         sorted_starts = gpu.start_ns[by_start]
         next_rows = by_start[np.searchsorted(sorted_starts, gap_e, side="left")] if len(gap_e) else np.empty(0, np.int64)
+        by_end = rows[np.argsort(ends, kind="stable")]
+        prev_rows = by_end[np.searchsorted(gpu.end_ns[by_end], gap_s, side="right") - 1] if len(gap_s) else \
+            np.empty(0, np.int64)
         idle_s, idle_e = subtract_intervals(gap_s, gap_e, overhead_s, overhead_e)
-        if len(idle_s) != len(gap_s):  # overhead split or removed gaps: map each piece to its gap's next row
+        if len(idle_s) != len(gap_s):  # overhead split or removed gaps: map each piece to its gap's rows
             owner = np.searchsorted(gap_s, idle_s, side="right") - 1
-            next_rows = next_rows[owner]
+            next_rows, prev_rows = next_rows[owner], prev_rows[owner]
         overhead_in_window = overlap_ns(overhead_s, overhead_e, int(busy_s[0]), int(busy_e[-1]))
         devices.append(DeviceTimeline(int(device), int(busy_s[0]), int(busy_e[-1]), busy_s, busy_e,
-                                      idle_s, idle_e, np.asarray(next_rows, np.int64), overhead_in_window))
+                                      idle_s, idle_e, np.asarray(next_rows, np.int64), np.asarray(prev_rows, np.int64),
+                                      overhead_in_window))
     return GpuTimeline(tuple(devices))

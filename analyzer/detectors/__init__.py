@@ -1,11 +1,13 @@
 """Detectors: pure functions of the analysis context (trace model + optional run metadata), one module each.
 
-Each one is `detect(ctx: AnalysisContext, **thresholds) -> DetectorResult` and is listed once in DETECTORS; the
-CLI, the renderers and the dashboard iterate over this registry.
+Each one is `detect(ctx: AnalysisContext, **thresholds) -> DetectorResult` and is listed once in DETECTORS. Each
+owns the idle pieces of its causes (analyzer.gapcauses): launch_gaps cpu_launch and queued, warmup warmup, syncs
+sync, allocator allocator, serving event_loop_idle and thread_hop; so its top-level findings' impacts partition
+the GPU's idle time with the other detectors'.
 """
-from analyzer.detectors import allocator, launch_gaps, serving, syncs
+from analyzer.detectors import allocator, launch_gaps, serving, syncs, warmup
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding
 
-DETECTORS = (launch_gaps.detect, syncs.detect, allocator.detect, serving.detect)
+DETECTORS = (launch_gaps.detect, warmup.detect, syncs.detect, allocator.detect, serving.detect)
 
 __all__ = ["DETECTORS", "AnalysisContext", "DetectorResult", "Finding"]

@@ -9,18 +9,23 @@ import numpy as np
 
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import outermost_op, site_label
+from analyzer.frames import outermost_op
 from analyzer.gapcauses import ALLOCATOR
-from analyzer.steps import step_ranges
+from analyzer.onetime import NONE
+from analyzer.sites import describe_site, site_keys
 
 MAX_TIMELINE_POINTS = 2000
 STATS_KEYS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_sync_all_streams",
               "num_tensor_frees")
 ADVICE_CHURN = ("The caching allocator returns memory to the driver and asks for it again inside the loop "
-                "(cudaMalloc/cudaFree are slow and cudaFree synchronizes the device). Preallocate buffers of their "
+                "({malloc}/{free} are slow and {free} synchronizes the device). Preallocate buffers of their "
                 "final size and reuse them (out= / in-place ops / a static KV cache), do not call "
                 "torch.cuda.empty_cache() in the loop, and for buffers that must grow set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+                "{conf}=expandable_segments:True.")
+ADVICE_GROWTH = ("Reserved memory keeps growing after the first step: the allocator's cache cannot serve requests "
+                 "whose sizes change from step to step (a cache or buffer grown by torch.cat, shapes that vary per "
+                 "step), so it reserves new segments with {malloc}. Preallocate at the final size (a static KV "
+                 "cache), pad or bucket shapes to a few sizes, or set {conf}=expandable_segments:True.")
 
 
 def _downsample(ts: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -65,31 +70,45 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                            "cached_at_reserved_peak_bytes": int(cached[peak_r]),
                            "reserved_end_bytes": int(reserved[-1]), "allocated_end_bytes": int(alloc[-1])}
 
-    classes = apis.runtime_classes(model)
+    classes = ctx.runtime_classes
     calls = np.flatnonzero(classes == apis.IS_ALLOC)
     by_api = defaultdict(lambda: {"count": 0, "total_us": 0.0})
-    steps = step_ranges(model)
+    steps = ctx.steps
     per_step = {name: {"reserve_calls": 0, "release_calls": 0, "allocations": 0} for name in steps.names}
-    sites: dict[str, dict] = {}
+    sites: dict[int, dict] = {}
+    keys = site_keys(ctx, rt.frame[calls], rt.op[calls], rt.name[calls]) if len(calls) else []
+    drained = defaultdict(float)
+    idle = ctx.idle
+    for i in np.flatnonzero(idle.cause == ALLOCATOR).tolist():
+        drained[int(idle.row[i])] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
+    warmup_calls = 0
     mem_cuda_ts = np.sort(mem.ts_ns[cuda])
     mem_cuda_reserved = mem.total_reserved[cuda][np.argsort(mem.ts_ns[cuda], kind="stable")]
-    for r in calls.tolist():
+    for r, key in zip(calls.tolist(), [int(k) for k in keys]):
         api = model.names[rt.name[r]]
         reserve = api in apis.ALLOC_RESERVE
         by_api[api]["count"] += 1
         by_api[api]["total_us"] += (rt.end_ns[r] - rt.start_ns[r]) / 1e3
+        warmup = ctx.one_time[r] != NONE
+        warmup_calls += warmup
         step = int(steps.index_at(int(rt.start_ns[r]))) if len(steps) else -1
         if step >= 0:
             per_step[steps.names[step]]["reserve_calls" if reserve else "release_calls"] += 1
         frame = int(rt.frame[r])
-        site = site_label(model, ctx.frames, r)
         op = int(rt.op[r])
-        entry = sites.setdefault(site, {"call_site": site, "cuda_malloc": 0, "cuda_free": 0, "total_us": 0.0,
-                                        "bytes_reserved": 0, "bytes_released": 0, "steps": set(),
-                                        "op": model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None,
-                                        "context": ctx.frames.context(frame), "occurrences": []})
+        entry = sites.get(key)
+        if entry is None:
+            site = describe_site(ctx, key, frame)
+            entry = sites[key] = {
+                "call_site": site["label"], "library_site": site["library_site"], "site": site,
+                "cuda_malloc": 0, "cuda_free": 0, "warmup_calls": 0, "total_us": 0.0, "gpu_idle_us": 0.0,
+                "bytes_reserved": 0, "bytes_released": 0, "steps": set(),
+                "op": model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None,
+                "context": ctx.frames.context(frame), "occurrences": []}
         entry["cuda_malloc" if reserve else "cuda_free"] += 1
+        entry["warmup_calls"] += warmup
         entry["total_us"] += (rt.end_ns[r] - rt.start_ns[r]) / 1e3
+        entry["gpu_idle_us"] += drained.get(r, 0.0)
         if step >= 0:
             entry["steps"].add(step)
         delta = _reserved_change(mem_cuda_ts, mem_cuda_reserved, int(rt.start_ns[r]), int(rt.end_ns[r]))
@@ -104,14 +123,14 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     site_list = sorted(sites.values(), key=lambda s: -(s["cuda_malloc"] + s["cuda_free"]))
     for s in site_list:
         s["steps_with_calls"] = len(s.pop("steps"))
-        s["total_us"] = round(s["total_us"], 3)
+        s["total_us"], s["gpu_idle_us"] = round(s["total_us"], 3), round(s["gpu_idle_us"], 3)
     reserve_calls = sum(v["count"] for k, v in by_api.items() if k in apis.ALLOC_RESERVE)
     release_calls = sum(v["count"] for k, v in by_api.items() if k not in apis.ALLOC_RESERVE)
-    idle_us = sum(float((dev.idle_ends[c == ALLOCATOR] - dev.idle_starts[c == ALLOCATOR]).sum())
-                  for dev, (c, _) in zip(ctx.timeline.devices, ctx.gap_causes)) / 1e3
+    idle_us = idle.total_ns(ALLOCATOR) / 1e3
     stats = ctx.meta.get("profiled", "memory_stats_delta", default={}) if ctx.meta else {}
     data = {
-        "cuda_malloc": reserve_calls, "cuda_free": release_calls,
+        "cuda_malloc": reserve_calls, "cuda_free": release_calls, "warmup_calls": int(warmup_calls),
+        "api_names": {"malloc": ctx.traits.api("cudaMalloc"), "free": ctx.traits.api("cudaFree")},
         "by_api": {k: {"count": v["count"], "total_us": round(v["total_us"], 3)} for k, v in by_api.items()},
         "reserved_peak_bytes": max((p["reserved_peak_bytes"] for p in peaks.values()), default=0),
         "allocated_peak_bytes": max((p["allocated_peak_bytes"] for p in peaks.values()), default=0),
@@ -143,19 +162,33 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
     window_us = ctx.timeline.window_ns / 1e3
     findings = []
     stats = data["memory_stats_delta"] or {}
-    steady = [s for s in data["per_step"][1:] if s["reserve_calls"] + s["release_calls"] > 0]
-    if steady or (len(steps) <= 1 and data["cuda_malloc"] + data["cuda_free"] > 2):
-        top = data["sites"][0] if data["sites"] else None
-        steps_with_calls = sum(1 for s in data["per_step"] if s["reserve_calls"] + s["release_calls"])
-        n_calls = data["cuda_malloc"] + data["cuda_free"]
+    names = data["api_names"]
+    rt = ctx.model.runtime
+    steady = np.flatnonzero((ctx.runtime_classes == apis.IS_ALLOC) & (ctx.one_time == NONE))
+    reserve_codes = [c for c, n in enumerate(ctx.model.names) if n in apis.ALLOC_RESERVE]
+    reserves = int(np.isin(rt.name[steady], reserve_codes).sum())
+    releases = len(steady) - reserves
+    if len(steady) or data["gpu_idle_us"] > 0:
+        top = next((s for s in data["sites"] if s["cuda_malloc"] + s["cuda_free"] > s["warmup_calls"]),
+                   data["sites"][0] if data["sites"] else None)
+        in_steps = len({int(k) for k in steps.index_at(rt.start_ns[steady]).tolist() if k >= 0}) if len(steps) else 0
+        where = f" in {in_steps} of {len(steps)} steps" if len(steps) else ""
+        warm = f", after {data['warmup_calls']} first allocations" if data["warmup_calls"] else ""
+        conf = ctx.traits.alloc_conf
+        if releases:
+            dropped = f" (reserved dropped {data['reserved_drops']['count']}x)" if data["timeline"] else ""
+            title = f"Allocator churn: {releases} {names['free']} and {reserves} {names['malloc']}{where}{warm}{dropped}"
+            advice = ADVICE_CHURN.format(malloc=names["malloc"], free=names["free"], conf=conf)
+        else:
+            title = f"Reserved memory grows inside the loop: {reserves} {names['malloc']}{where}{warm}"
+            advice = ADVICE_GROWTH.format(malloc=names["malloc"], conf=conf)
         findings.append(Finding(
-            kind="allocator_churn", severity=severity_for(data["gpu_idle_us"] + 1, window_us),
-            title=f"Allocator churn: {data['cuda_malloc']} cudaMalloc and {data['cuda_free']} cudaFree"
-                  + (f" in {steps_with_calls} of {len(steps)} steps" if len(steps) else "")
-                  + f" (reserved dropped {data['reserved_drops']['count']}x)",
-            call_site=top["call_site"] if top else None, impact_us=data["gpu_idle_us"], count=n_calls,
-            advice=ADVICE_CHURN,
-            detail={"sites": [{k: s[k] for k in ("call_site", "cuda_malloc", "cuda_free", "total_us")}
+            kind="allocator_churn", severity=severity_for(data["gpu_idle_us"], window_us), title=title,
+            call_site=(top["site"]["call_site"] or top["call_site"]) if top else None,
+            library_site=top["library_site"] if top else None, impact_us=data["gpu_idle_us"],
+            count=len(steady), advice=advice, id="allocator",
+            detail={"sites": [{k: s[k] for k in ("call_site", "library_site", "cuda_malloc", "cuda_free",
+                                                 "warmup_calls", "total_us", "gpu_idle_us")}
                               for s in data["sites"][:5]],
                     "call_time_us": round(sum(v["total_us"] for v in data["by_api"].values()), 3),
                     "memory_stats_delta": stats},
@@ -164,9 +197,10 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
         findings.append(Finding(
             kind="allocator_churn", severity="high",
             title=f"Allocator ran out of cached memory: {stats.get('num_alloc_retries', 0)} alloc retries "
-                  f"(cache flush + cudaMalloc retry), {stats.get('num_ooms', 0)} OOMs in the window",
-            call_site=None, impact_us=data["gpu_idle_us"], count=int(stats.get("num_alloc_retries", 0)),
-            advice="Each retry frees every cached block and synchronizes. Lower peak memory (smaller batch or "
-                   "KV cache), or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to reduce fragmentation.",
+                  f"(cache flush + {names['malloc']} retry), {stats.get('num_ooms', 0)} OOMs in the window",
+            call_site=None, impact_us=0.0, count=int(stats.get("num_alloc_retries", 0)), id="allocator_retries",
+            advice="Each retry frees every cached block and synchronizes; its GPU idle is part of the allocator "
+                   "churn above. Lower peak memory (smaller batch or KV cache), or set "
+                   f"{ctx.traits.alloc_conf}=expandable_segments:True to reduce fragmentation.",
             detail={"memory_stats_delta": stats}))
     return findings

@@ -7,26 +7,35 @@ from typing import Any
 
 import numpy as np
 
+from analyzer import apis
 from analyzer.frames import FrameIndex
-from analyzer.gapcauses import classify_gaps
+from analyzer.gapcauses import Gaps, IdlePieces, classify_idle
+from analyzer.graphs import GraphUse, graph_use
+from analyzer.instrumentation import instrumentation_rows
+from analyzer.onetime import first_call_ops, one_time_rows
 from analyzer.runmeta import RunMeta
+from analyzer.steps import StepRanges, step_ranges
 from analyzer.timeline import GpuTimeline, build_timeline
 from analyzer.trace import TraceModel
+from analyzer.traits import TraceTraits, trace_traits
 
 SEVERITIES = ("high", "medium", "low", "info")
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    kind: str  # launch_gap | sync | allocator_churn
+    kind: str  # launch_gap | host_work | queued | warmup | sync | allocator_churn | event_loop_idle | thread_hop
     severity: str  # high | medium | low | info
     title: str
-    call_site: str | None
-    impact_us: float  # GPU idle time this finding explains
+    call_site: str | None  # the user's code (a function, or an exact line when known), else the library's / op
+    impact_us: float  # GPU idle time this finding explains (a top-level finding owns it alone)
     advice: str
     count: int = 0
     detail: dict = dataclasses.field(default_factory=dict)
     occurrences_us: tuple[tuple[float, float], ...] = ()  # (start, end) on the trace clock, µs; the worst few
+    id: str = ""  # unique in the report
+    parent: str | None = None  # the finding this one refines ("of which ..."); its idle is part of the parent's
+    library_site: str | None = None  # the third-party library code inside call_site where it happened
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -44,9 +53,10 @@ class DetectorResult:
 class AnalysisContext:
     """The trace model plus what is derived from it once and read by several detectors."""
 
-    def __init__(self, model: TraceModel, meta: RunMeta | None = None):
+    def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = ()):
         self.model = model
         self.meta = meta
+        self.user_code = tuple(user_code)
 
     @functools.cached_property
     def timeline(self) -> GpuTimeline:
@@ -54,12 +64,47 @@ class AnalysisContext:
 
     @functools.cached_property
     def frames(self) -> FrameIndex:
-        return FrameIndex(self.model)
+        return FrameIndex(self.model, self.user_code)
 
     @functools.cached_property
-    def gap_causes(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per device timeline: (cause code, responsible runtime row) of every idle interval."""
-        return [classify_gaps(self.model, dev) for dev in self.timeline.devices]
+    def runtime_classes(self) -> np.ndarray:
+        return apis.runtime_classes(self.model)
+
+    @functools.cached_property
+    def steps(self) -> StepRanges:
+        return step_ranges(self.model)
+
+    @functools.cached_property
+    def graphs(self) -> GraphUse:
+        return graph_use(self.model, self.runtime_classes)
+
+    @functools.cached_property
+    def traits(self) -> TraceTraits:
+        return trace_traits(self.model, self.graphs, self.steps.names)
+
+    @functools.cached_property
+    def one_time(self) -> np.ndarray:
+        """Per runtime row: its analyzer.onetime label code (0: a steady-state call)."""
+        return one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
+
+    @functools.cached_property
+    def instrumentation(self) -> np.ndarray:
+        """Per runtime row: the measurement's own call (analyzer.instrumentation), not the workload's."""
+        return instrumentation_rows(self.model, self.frames, self.runtime_classes)
+
+    @functools.cached_property
+    def _idle(self) -> tuple[Gaps, IdlePieces]:
+        return classify_idle(self.model, self.timeline, self.runtime_classes, self.one_time,
+                             first_call_ops(self.model, self.outermost_ops), self.instrumentation, self.graphs)
+
+    @property
+    def gaps(self) -> Gaps:
+        return self._idle[0]
+
+    @property
+    def idle(self) -> IdlePieces:
+        """Every idle nanosecond of every device, cut into pieces of one cause each."""
+        return self._idle[1]
 
     @functools.cached_property
     def outermost_ops(self) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Launch gaps: every idle interval of the GPU, classified by what the CPU was doing, attributed to the op and the
-user's Python frame, plus launch statistics, per-step busy/idle and a CUDA-graph estimate."""
+"""Launch gaps: GPU idle while the CPU had not yet launched the next work (eager launch overhead), the long gaps
+where it ran host code instead (one finding per responsible function), and the gaps between work that was
+already queued; plus launch statistics, the per-step table and a CUDA-graph estimate."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -8,142 +9,201 @@ import numpy as np
 
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import site_label
-from analyzer.gapcauses import CAUSES, CPU_LAUNCH, OTHER
-from analyzer.steps import step_ranges
-from analyzer.timeline import overlaps_ns
+from analyzer.gapcauses import CAUSES, CPU_LAUNCH, QUEUED
+from analyzer.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
+from analyzer.steptable import step_table
+from analyzer.trace.joins import Intervals, thread_keys
 
-_SITE_FRAME, _SITE_OP, _SITE_API, _SITE_NONE = range(4)
-
-
-def _take(column: np.ndarray, rows: np.ndarray, missing: int = 0) -> np.ndarray:
-    """column[rows] as int64, `missing` where rows < 0 (also when the column is empty)."""
-    if not len(column):
-        return np.full(len(rows), missing, np.int64)
-    return np.where(rows >= 0, column[np.clip(rows, 0, None)], missing).astype(np.int64)
+MAX_SITES = 50
+CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it holds this share of its idle
 
 
-def _site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
-    """One int64 per runtime row naming its call site, as site_label() would: (kind << 32) | name code."""
-    model, rt = ctx.model, ctx.model.runtime
-    keys = np.full(len(rows), _SITE_NONE << 32, np.int64)
-    has = rows >= 0
-    r = rows[has]
-    frame = rt.frame[r]
-    user = _take(ctx.frames.user_frame, frame, -1)
-    best_frame = np.where(user >= 0, user, frame)
-    op = rt.op[r]
-    outer = _take(ctx.outermost_ops, op, -1)
-    frame_label = (_SITE_FRAME << 32) | _take(model.frames.name, best_frame)
-    op_label = (_SITE_OP << 32) | _take(model.ops.name, outer)
-    api_label = (_SITE_API << 32) | rt.name[r].astype(np.int64)
-    k = np.where(best_frame >= 0, frame_label, np.where(outer >= 0, op_label, api_label))
-    keys[has] = k
-    return keys
+def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0) -> DetectorResult:
+    model, idle = ctx.model, ctx.idle
+    window_us = ctx.timeline.window_ns / 1e3
+    dur = idle.duration_ns
+    by_cause = {c: us(idle.total_ns(i)) for i, c in enumerate(CAUSES)}
+    counts = {c: int(len(np.unique(idle.gap[idle.cause == i]))) for i, c in enumerate(CAUSES)}
+    long = (idle.cause == CPU_LAUNCH) & (dur >= long_gap_us * 1e3)
+    short = (idle.cause == CPU_LAUNCH) & ~long
+    sites = _sites(ctx)
+    host_work = _host_work(ctx, np.flatnonzero(long))
+    per_step = step_table(ctx)
+    graph = _graph_estimate(ctx, per_step)
+    data = {
+        "by_cause": by_cause,
+        "count_by_cause": counts,
+        "top": _top(ctx, top_n),
+        "sites": sites,
+        "host_work": host_work,
+        "per_step": per_step,
+        "step_source": ctx.steps.source,
+        "launch_stats": launch_stats(ctx),
+        "cuda_graph_estimate": graph,
+        "graphs": ctx.graphs.as_dict(),
+        "long_gap_us": long_gap_us,
+    }
+    findings = _launch_findings(ctx, short, window_us, graph, long_gap_us, per_step)
+    findings += _host_work_findings(host_work, window_us, long_gap_us)
+    findings += _queued_finding(ctx, window_us)
+    return DetectorResult("gaps", data, tuple(findings))
 
 
-def _site_text(ctx: AnalysisContext, key: int) -> str:
-    kind, code = key >> 32, key & 0xFFFFFFFF
-    if kind == _SITE_NONE:
-        return "(unknown)"
-    name = ctx.model.names[code]
-    return f"{name} (outside any op)" if kind == _SITE_API else name
+def _pieces_site_keys(ctx: AnalysisContext, sel: np.ndarray) -> np.ndarray:
+    """Site keys of the runtime rows responsible for the selected idle pieces."""
+    rt = ctx.model.runtime
+    row = ctx.idle.row[sel]
+    safe = np.maximum(row, 0)
+    if not len(rt):
+        return np.full(len(sel), KIND_NONE << 60, np.int64)
+    return site_keys(ctx, np.where(row >= 0, rt.frame[safe], -1), np.where(row >= 0, rt.op[safe], -1),
+                     np.where(row >= 0, rt.name[safe], -1))
 
 
-def _group_gaps(ctx: AnalysisContext, gaps, steps, top_n: int, long_gap_us: float):
-    """Idle time grouped by (cause, call site), all in numpy; the details only for what is reported."""
-    model = ctx.model
-    if not gaps:
-        return [], [], []
-    start = np.concatenate([d.idle_starts for d, _, _ in gaps])
-    end = np.concatenate([d.idle_ends for d, _, _ in gaps])
-    cause = np.concatenate([c for _, c, _ in gaps]).astype(np.int64)
-    row = np.concatenate([r for _, _, r in gaps]).astype(np.int64)
-    device = np.concatenate([np.full(len(d.idle_starts), d.device) for d, _, _ in gaps])
-    dur_us = (end - start) / 1e3
-    site = _site_keys(ctx, row)
-    groups, inverse = np.unique((cause << 40) | site, return_inverse=True)
+def _sites(ctx: AnalysisContext) -> list[dict]:
+    """Idle time by (cause, call site, library site), all in numpy; the details only for what is reported."""
+    idle, rt = ctx.idle, ctx.model.runtime
+    if not len(idle):
+        return []
+    keys = _pieces_site_keys(ctx, np.arange(len(idle)))
+    dur_us = idle.duration_ns / 1e3
+    groups, inverse = np.unique(np.stack([idle.cause.astype(np.int64), keys]), axis=1, return_inverse=True)
     inverse = inverse.reshape(-1)
-    idle = np.bincount(inverse, weights=dur_us, minlength=len(groups))
-    count = np.bincount(inverse, minlength=len(groups))
-    long = dur_us >= long_gap_us
-    long_count = np.bincount(inverse[long], minlength=len(groups))
-    long_idle = np.bincount(inverse[long], weights=dur_us[long], minlength=len(groups))
-    largest = np.zeros(len(groups))
+    total = np.bincount(inverse, weights=dur_us, minlength=groups.shape[1])
+    count = np.bincount(inverse, minlength=groups.shape[1])
+    largest = np.zeros(groups.shape[1])
     np.maximum.at(largest, inverse, dur_us)
-    outer = _take(ctx.outermost_ops, _take(model.runtime.op, row, -1), -1)
-    op_code = _take(model.ops.name, outer, -1)
-    order = np.lexsort((-dur_us, inverse))  # by group, largest gap first
-    first = np.searchsorted(inverse[order], np.arange(len(groups)))
-    site_list = []
-    for g in np.argsort(-idle, kind="stable")[:50].tolist():
+    order = np.lexsort((-dur_us, inverse))
+    first = np.searchsorted(inverse[order], np.arange(groups.shape[1]))
+    out = []
+    for g in np.argsort(-total, kind="stable")[:MAX_SITES].tolist():
         members = order[first[g]: first[g] + count[g]]
         lead = int(members[0])
-        op_idle: dict[str, float] = defaultdict(float)
-        for code, d in zip(op_code[members].tolist(), dur_us[members].tolist()):
-            if code >= 0:
-                op_idle[model.names[code]] += d
-        lead_frame = int(model.runtime.frame[row[lead]]) if row[lead] >= 0 else -1
-        site_list.append({
-            "cause": CAUSES[groups[g] >> 40], "call_site": _site_text(ctx, int(groups[g] & ((1 << 40) - 1))),
-            "op": model.names[op_code[lead]] if op_code[lead] >= 0 else None,
-            "count": int(count[g]), "idle_us": round(float(idle[g]), 3), "max_us": round(float(largest[g]), 3),
-            "long_count": int(long_count[g]), "long_idle_us": round(float(long_idle[g]), 3),
-            "context": ctx.frames.context(lead_frame),
-            "ops": {k: round(v, 3) for k, v in sorted(op_idle.items(), key=lambda kv: -kv[1])[:5]},
-            "occurrences": [(us(start[i]), us(end[i])) for i in members[:8].tolist()],
+        row = int(idle.row[lead])
+        frame = int(rt.frame[row]) if row >= 0 and len(rt) else -1
+        site = describe_site(ctx, int(groups[1, g]), frame)
+        out.append({
+            "cause": CAUSES[groups[0, g]], "call_site": site["label"], "site": site,
+            "library_site": site["library_site"], "count": int(count[g]), "idle_us": round(float(total[g]), 3),
+            "max_us": round(float(largest[g]), 3), "context": ctx.frames.context(frame),
+            "occurrences": [(us(idle.start_ns[i]), us(idle.end_ns[i])) for i in members[:8].tolist()],
         })
-    top = []
-    biggest = np.argsort(-dur_us, kind="stable")[:top_n]
-    step_of = steps.index_at(start[biggest]) if len(steps) else np.full(len(biggest), -1)
-    for i, k in zip(biggest.tolist(), step_of.tolist()):
-        r = int(row[i])
-        top.append({"ts_us": us(start[i]), "dur_us": us(end[i] - start[i]), "cause": CAUSES[cause[i]],
-                    "device": int(device[i]), "op": model.names[op_code[i]] if op_code[i] >= 0 else None,
-                    "call_site": _site_text(ctx, int(site[i])),
-                    "context": ctx.frames.context(int(model.runtime.frame[r])) if r >= 0 else [],
-                    "runtime_call": model.names[model.runtime.name[r]] if r >= 0 else None,
+    return out
+
+
+def _top(ctx: AnalysisContext, top_n: int) -> list[dict]:
+    idle, model = ctx.idle, ctx.model
+    rt = model.runtime
+    biggest = np.argsort(-idle.duration_ns, kind="stable")[:top_n]
+    steps = ctx.steps
+    step_of = steps.index_at(idle.start_ns[biggest]) if len(steps) else np.full(len(biggest), -1)
+    keys = _pieces_site_keys(ctx, biggest)
+    out = []
+    for i, k, key in zip(biggest.tolist(), step_of.tolist(), keys.tolist()):
+        r = int(idle.row[i])
+        frame = int(rt.frame[r]) if r >= 0 else -1
+        op = int(rt.op[r]) if r >= 0 else -1
+        outer = int(ctx.outermost_ops[op]) if op >= 0 else -1
+        site = describe_site(ctx, key, frame)
+        out.append({"ts_us": us(idle.start_ns[i]), "dur_us": us(idle.end_ns[i] - idle.start_ns[i]),
+                    "cause": CAUSES[idle.cause[i]], "device": int(ctx.gaps.device[idle.gap[i]]),
+                    "op": model.names[model.ops.name[outer]] if outer >= 0 else None,
+                    "call_site": site["label"], "library_site": site["library_site"],
+                    "context": ctx.frames.context(frame),
+                    "runtime_call": model.names[rt.name[r]] if r >= 0 else None,
                     "step": steps.names[k] if k >= 0 else None})
-    return top, site_list, _long_gaps(ctx, start, end, cause, row, long_gap_us)
+    return out
 
 
-def _frames_during(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
+    """Long CPU pieces grouped by the function responsible: the innermost user function that covers at least half
+    of the piece on the launching thread (a helper, not the generator expression inside it, nor its caller when
+    the helper alone ran), else the op that ran, else the launch site."""
+    model, idle = ctx.model, ctx.idle
+    if not len(sel):
+        return []
+    rows = idle.row[sel]
+    lo, hi = idle.start_ns[sel], idle.end_ns[sel]
+    middle = lo + (hi - lo) // 2
+    at_middle = _innermost_at(ctx, rows, middle)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
+        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), int(rows[i]), int(middle[i]))
+        groups[key].append(piece)
+    out = []
+    for key, members in groups.items():
+        members.sort(key=lambda p: -(idle.end_ns[p] - idle.start_ns[p]))
+        lead = members[0]
+        lead_frame = int(at_middle[np.searchsorted(sel, lead)])
+        site = describe_site(ctx, key, lead_frame)
+        durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in members]
+        out.append({"call_site": site["label"], "site": site, "count": len(members),
+                    "idle_us": round(sum(durations), 3), "max_us": max(durations),
+                    "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
+                    "launch_site": describe_site(ctx, int(_pieces_site_keys(ctx, np.array([lead]))[0]))["label"],
+                    "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]})
+    return sorted(out, key=lambda h: -h["idle_us"])
+
+
+def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
     """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
-    from analyzer.trace.joins import Intervals, thread_keys
     frames, rt = ctx.model.frames, ctx.model.runtime
-    if not len(frames) or not len(rows) or not len(rt):  # no runtime rows: every row is -1
+    if not len(frames) or not len(rows) or not len(rt):
         return np.full(len(rows), -1, np.int64)
-    safe = np.clip(rows, 0, None)
+    safe = np.maximum(rows, 0)
     frame_keys, query_keys = thread_keys([frames.pid, rt.pid[safe]], [frames.tid, rt.tid[safe]])
     found = Intervals(frame_keys, frames.start_ns, frames.end_ns, sorted_by_start=True).innermost_enclosing(
         np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
     return np.where(rows >= 0, found, -1)
 
 
-def _long_gaps(ctx: AnalysisContext, start, end, cause, row, long_gap_us: float) -> list[dict]:
-    """Gaps over the threshold, each with what the CPU was running in its middle (not only what it launched
-    next): the innermost user frame there, and whether the profiler itself was running."""
-    sel = np.flatnonzero(((end - start) / 1e3 >= long_gap_us) & np.isin(cause, (CPU_LAUNCH, OTHER)))
-    if not len(sel):
-        return []
-    middle = start[sel] + (end[sel] - start[sel]) // 2
-    during = _frames_during(ctx, row[sel], middle)
-    out = []
-    for i, frame in zip(sel.tolist(), during.tolist()):
-        chain = ctx.model.frame_chain(frame, 12) if frame >= 0 else []
-        user = ctx.frames.user_frame_of(frame)
-        out.append({"ts_us": us(start[i]), "dur_us": us(end[i] - start[i]), "cause": CAUSES[cause[i]],
-                    "launch_site": site_label(ctx.model, ctx.frames, int(row[i])),
-                    "during": ctx.frames.name(user) if user >= 0 else (chain[0] if chain else None),
-                    "during_chain": chain[:6],
-                    "profiler": any("torch/profiler/" in f or "torch/autograd/profiler" in f for f in chain)})
-    return out
+def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: int, middle: int) -> int:
+    model, index = ctx.model, ctx.frames
+    fr = model.frames
+    if frame >= 0:
+        user = index.user_frame_of(frame)
+        chosen, outermost, hops = -1, -1, 0
+        while user >= 0 and hops < 256:  # the bound also guards a malformed (cyclic) parent chain
+            hops += 1
+            covered = min(int(fr.end_ns[user]), hi) - max(int(fr.start_ns[user]), lo)
+            outermost = user
+            if covered * 2 >= hi - lo:
+                chosen = user
+                break
+            parent = int(fr.parent[user])
+            user = index.user_frame_of(parent) if parent >= 0 else -1
+        chosen = chosen if chosen >= 0 else outermost
+        lib = index.library_frame_of(frame)  # inside the user frame at the middle, so inside `chosen` too
+        lib_code = int(fr.name[lib]) if lib >= 0 else -1
+        if chosen >= 0 or lib >= 0:
+            return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code)
+    op = _op_at(ctx, row, middle)
+    if op >= 0:
+        return op_key(int(model.ops.name[op]))
+    return int(_pieces_site_keys_for_row(ctx, row))
+
+
+def _op_at(ctx: AnalysisContext, row: int, t: int) -> int:
+    """The outermost op running at t on the thread of runtime row `row`."""
+    ops, rt = ctx.model.ops, ctx.model.runtime
+    if row < 0 or not len(ops):
+        return -1
+    on = (ops.pid == rt.pid[row]) & (ops.tid == rt.tid[row]) & (ops.start_ns <= t) & (ops.end_ns > t) \
+        & ~ops.is_annotation.astype(bool)
+    hits = np.flatnonzero(on)
+    return int(ctx.outermost_ops[hits[0]]) if len(hits) else -1
+
+
+def _pieces_site_keys_for_row(ctx: AnalysisContext, row: int) -> int:
+    rt = ctx.model.runtime
+    if row < 0:
+        return KIND_NONE << 60
+    return int(site_keys(ctx, rt.frame[row:row + 1], rt.op[row:row + 1], rt.name[row:row + 1])[0])
 
 
 def launch_stats(ctx: AnalysisContext) -> dict:
     model, rt, gpu = ctx.model, ctx.model.runtime, ctx.model.gpu
-    classes = apis.runtime_classes(model)
-    rows = np.flatnonzero(classes == apis.IS_LAUNCH)
+    rows = np.flatnonzero(ctx.runtime_classes == apis.IS_LAUNCH)
     by_api = defaultdict(int)
     for code in rt.name[rows].tolist():
         by_api[model.names[code]] += 1
@@ -170,85 +230,25 @@ def launch_stats(ctx: AnalysisContext) -> dict:
     }
 
 
-def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0) -> DetectorResult:
-    model, timeline = ctx.model, ctx.timeline
-    window_us = timeline.window_ns / 1e3
-    by_cause = {c: 0.0 for c in CAUSES}
-    counts = {c: 0 for c in CAUSES}
-    gaps = []  # (start, end, cause, responsible row) over all devices
-    for dev, (cause, responsible) in zip(timeline.devices, ctx.gap_causes):
-        for code, name in enumerate(CAUSES):
-            sel = cause == code
-            by_cause[name] += float((dev.idle_ends[sel] - dev.idle_starts[sel]).sum()) / 1e3
-            counts[name] += int(sel.sum())
-        gaps.append((dev, cause, responsible))
-    steps = step_ranges(model)
-
-    top, site_list, long_gaps = _group_gaps(ctx, gaps, steps, top_n, long_gap_us)
-    per_step = _per_step(ctx, steps, gaps)
-    graph = _graph_estimate(ctx, per_step)
-    data = {
-        "by_cause": {k: round(v, 3) for k, v in by_cause.items()},
-        "count_by_cause": counts,
-        "top": top[:top_n],
-        "sites": site_list[:50],
-        "long_gaps": long_gaps[:200],
-        "per_step": per_step,
-        "step_source": steps.source,
-        "launch_stats": launch_stats(ctx),
-        "cuda_graph_estimate": graph,
-    }
-    return DetectorResult("gaps", data, tuple(_findings(site_list, long_gaps, by_cause, counts, window_us, graph,
-                                                        long_gap_us)))
-
-
-def _per_step(ctx: AnalysisContext, steps, gaps) -> list[dict]:
-    model, timeline = ctx.model, ctx.timeline
-    out = []
-    rt = model.runtime
-    launches = np.sort(rt.start_ns[rt.gpu >= 0])
-    lo_ns, hi_ns = np.asarray(steps.lo_ns, dtype=np.int64), np.asarray(steps.hi_ns, dtype=np.int64)
-    busy_ns = sum((overlaps_ns(d.busy_starts, d.busy_ends, lo_ns, hi_ns) for d in timeline.devices),
-                  np.zeros(len(lo_ns), dtype=np.int64)).tolist()
-    idle_ns = {c: np.zeros(len(lo_ns), dtype=np.int64) for c in CAUSES}
-    for dev, cause, _ in gaps:
-        for code, c in enumerate(CAUSES):
-            idle_ns[c] += overlaps_ns(dev.idle_starts[cause == code], dev.idle_ends[cause == code], lo_ns, hi_ns)
-    idle_ns = {c: values.tolist() for c, values in idle_ns.items()}
-    launch_counts = (np.searchsorted(launches, steps.cpu_end_ns) - np.searchsorted(launches, steps.cpu_start_ns))
-    for k, name in enumerate(steps.names):
-        lo, hi = int(steps.lo_ns[k]), int(steps.hi_ns[k])
-        busy = busy_ns[k]
-        idle = {c: idle_ns[c][k] for c in CAUSES}
-        inside = sum(max(0, min(hi, d.window_end_ns) - max(lo, d.window_start_ns)) for d in timeline.devices)
-        span = (hi - lo) * max(len(timeline.devices), 1)
-        out.append({
-            "step": name, "ts_us": us(lo), "wall_us": us(hi - lo),
-            "cpu_us": us(steps.cpu_end_ns[k] - steps.cpu_start_ns[k]),
-            "busy_us": us(busy), "idle_us": us(sum(idle.values())),
-            "outside_gpu_window_us": us(span - inside),
-            "idle_by_cause_us": {c: us(v) for c, v in idle.items()},
-            "gpu_utilization": round(busy / (hi - lo), 4) if hi > lo else None, "launches": int(launch_counts[k]),
-        })
-    return out
-
-
 def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
-    """A CUDA graph replays the step's GPU work back to back: its step time is about the GPU busy time."""
-    decode = [s for s in per_step if not s["step"].startswith(("prefill", "ProfilerStep#")) or len(per_step) == 1]
-    decode = decode or per_step
-    if not decode or not ctx.timeline.devices:
+    """A CUDA graph replays the step's GPU work back to back: its step time is about the GPU busy time. Only for
+    eager inference traces (a graph run already replays; a training step is not one graph)."""
+    traits = ctx.traits
+    if traits.graphs.replayed or traits.graphs.captured or traits.training or not ctx.timeline.devices:
         return None
-    busy = float(np.median([s["busy_us"] for s in decode]))
-    profiled = float(np.median([s["wall_us"] for s in decode]))
+    steps = [s for s in per_step if s["gpu_span_us"] is not None]
+    repeated = [s for s in steps if not s["step"].startswith(("prefill", "ProfilerStep#"))] or steps
+    if not repeated:
+        return None
+    busy = float(np.median([s["busy_us"] for s in repeated]))
+    period = float(np.median([s["gpu_period_us"] for s in repeated]))
     meta = ctx.meta
     unprofiled_ms = meta.get("unprofiled", "step_ms", "p50") if meta else None
-    eager_us = unprofiled_ms * 1e3 if unprofiled_ms and meta.get("workload", "mode") == "eager" else profiled
+    eager_us = unprofiled_ms * 1e3 if unprofiled_ms and meta.get("workload", "mode") == "eager" else period
     est = {
-        "steps_used": len(decode), "gpu_busy_per_step_us": round(busy, 3),
-        "profiled_step_us": round(profiled, 3),
-        "eager_step_us": round(eager_us, 3),
-        "eager_step_source": "meta.json unprofiled p50" if eager_us != profiled else "profiled trace",
+        "steps_used": len(repeated), "gpu_busy_per_step_us": round(busy, 3),
+        "profiled_step_us": round(period, 3), "eager_step_us": round(eager_us, 3),
+        "eager_step_source": "meta.json unprofiled p50" if eager_us != period else "profiled trace",
         "estimated_graph_step_us": round(busy, 3),
         "estimated_speedup": round(eager_us / busy, 2) if busy > 0 else None,
         "recoverable_us_per_step": round(max(eager_us - busy, 0.0), 3),
@@ -261,53 +261,137 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     return est
 
 
-ADVICE_LAUNCH = ("The GPU finishes each kernel before Python has launched the next: the step is bound by eager "
-                 "launch overhead (Python, dispatcher, cudaLaunchKernel). Capture the decode step in a CUDA graph "
-                 "(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more sequences per step, "
-                 "or fuse small ops.")
+def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict]) -> str:
+    traits = ctx.traits
+    g = traits.graphs
+    word = traits.graph_word
+    if g.captured:
+        return (f"This window records {word} capture ({g.captures} captures, {g.captured_launches} launches recorded "
+                f"into graphs, not executed): the GPU waits while the CPU runs the capture and the eager warm-up "
+                f"passes before it. That is a one-time cost; profile the steady state, where the captured graphs "
+                f"are replayed, to see what launch overhead remains.")
+    if g.replayed:
+        return (f"The run already replays {word}s ({g.replays} replays running {g.replay_kernels} GPU activities, "
+                f"whose own gaps are `queued`). These gaps come from the {g.eager_launches} launches made eagerly "
+                f"outside the graphs{_where_eager(per_step)}: capture those too (a graph per prefill shape bucket, "
+                f"sampling inside the graph), or take that work off the step's critical path.")
+    if traits.training:
+        return ("The GPU finishes each kernel before the CPU has launched the next: the training step is bound by "
+                "eager launch overhead (Python, autograd, dispatcher, the launch call). torch.compile the model "
+                "(mode=\"reduce-overhead\" adds CUDA graphs), use fused / foreach optimizer implementations, and "
+                "raise the per-step work (batch size) so kernels outlast their launches.")
+    step = traits.step_word
+    advice = (f"The GPU finishes each kernel before Python has launched the next: the {step} is bound by eager "
+              f"launch overhead (Python, dispatcher, the launch call). Capture the {step} in a {word} "
+              f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
+              f"small ops.")
+    if graph and graph.get("estimated_speedup"):
+        advice += (f" Estimated graph step {graph['estimated_graph_step_us'] / 1e3:.2f} ms vs eager "
+                   f"{graph['eager_step_us'] / 1e3:.2f} ms ({graph['estimated_speedup']:.1f}x)")
+        if graph.get("measured"):
+            advice += f"; measured {graph['measured']['speedup']:.1f}x"
+        advice += "."
+    return advice
 
 
-def _findings(site_list, long_gaps, by_cause, counts, window_us, graph, long_gap_us):
-    findings = []
-    launch_us = by_cause["cpu_launch"]
-    if window_us > 0 and launch_us / window_us >= 0.05:
-        top_sites = [s for s in site_list if s["cause"] == "cpu_launch"][:5]
-        detail = {"share_of_window": round(launch_us / window_us, 4),
-                  "top_sites": [{"call_site": s["call_site"], "idle_us": s["idle_us"], "count": s["count"]}
-                                for s in top_sites]}
-        advice = ADVICE_LAUNCH
-        if graph and graph.get("estimated_speedup"):
-            advice += (f" Estimated graph step {graph['estimated_graph_step_us'] / 1e3:.2f} ms vs eager "
-                       f"{graph['eager_step_us'] / 1e3:.2f} ms ({graph['estimated_speedup']:.1f}x)")
-            if graph.get("measured"):
-                advice += f"; measured {graph['measured']['speedup']:.1f}x"
-            advice += "."
-        findings.append(Finding(
-            kind="launch_gap", severity=severity_for(launch_us, window_us),
-            title=f"GPU idle {100 * launch_us / window_us:.0f}% of the window waiting for kernel launches "
-                  f"({counts['cpu_launch']} gaps)",
-            call_site=top_sites[0]["call_site"] if top_sites else None, impact_us=round(launch_us, 3),
-            advice=advice, count=counts["cpu_launch"], detail=detail,
-            occurrences_us=tuple(tuple(o) for o in (top_sites[0]["occurrences"] if top_sites else []))))
-    groups: dict[tuple[str, bool], list[dict]] = defaultdict(list)
-    for g in long_gaps:
-        groups[(g["during"] or g["launch_site"], g["profiler"])].append(g)
-    for (site, profiler), members in groups.items():
-        idle = round(sum(g["dur_us"] for g in members), 3)
-        worst = max(g["dur_us"] for g in members)
-        head = f"{len(members)} GPU idle gaps over {long_gap_us / 1e3:g} ms (max {worst / 1e3:.1f} ms)"
-        if profiler:
-            title = f"{head} while the profiler itself ran ({site}): instrumentation, absent from unprofiled runs"
-            advice = ("These gaps are the profiler's own step bookkeeping between steps. Compare with the "
-                      "unprofiled step time in meta.json; profile fewer steps or without with_stack to shrink it.")
-        else:
-            title = f"{head} while the CPU ran {site}"
-            advice = ("The CPU ran for over a millisecond between GPU launches here: move host work (data "
-                      "preparation, Python bookkeeping, logging) off the step or overlap it with GPU work.")
-        findings.append(Finding(
-            kind="launch_gap", severity="info" if profiler else severity_for(idle, window_us), title=title,
-            call_site=site, impact_us=idle, count=len(members), advice=advice,
-            detail={"context": members[0]["during_chain"], "launch_site": members[0]["launch_site"],
-                    "profiler_overhead": profiler},
-            occurrences_us=tuple((g["ts_us"], g["ts_us"] + g["dur_us"]) for g in members[:16])))
-    return findings
+def _where_eager(per_step: list[dict]) -> str:
+    """`, most of them in prefill (8.17 ms)`: the step that waits longest on eager launches."""
+    ranked = sorted(per_step, key=lambda s: -s["idle_by_cause_us"]["cpu_launch"])
+    if not ranked or not ranked[0]["idle_by_cause_us"]["cpu_launch"]:
+        return " (e.g. the prefill, sampling, input preparation)"
+    top = ranked[0]
+    return f" ({top['step']} waits longest on them: {top['idle_by_cause_us']['cpu_launch'] / 1e3:.2f} ms)"
+
+
+def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, graph: dict | None,
+                     long_gap_us: float, per_step: list[dict]) -> list[Finding]:
+    idle, rt = ctx.idle, ctx.model.runtime
+    impact = us(idle.duration_ns[short].sum())
+    if impact <= 0:
+        return []
+    rows = np.flatnonzero(short)
+    gaps = int(len(np.unique(idle.gap[rows])))
+    keys = _pieces_site_keys(ctx, rows)
+    codes, inverse = np.unique(keys, return_inverse=True)
+    per_site = np.bincount(inverse.reshape(-1), weights=idle.duration_ns[rows] / 1e3, minlength=len(codes))
+    counts = np.bincount(inverse.reshape(-1), minlength=len(codes))
+    ranked = np.argsort(-per_site, kind="stable")
+    top_sites = []
+    for g in ranked[:5].tolist():
+        members = rows[inverse.reshape(-1) == g]
+        lead = int(members[np.argmax(idle.duration_ns[members])])
+        r = int(idle.row[lead])
+        frame = int(rt.frame[r]) if r >= 0 and len(rt) else -1
+        site = describe_site(ctx, int(codes[g]), frame)
+        worst = members[np.argsort(-idle.duration_ns[members], kind="stable")[:8]]
+        top_sites.append({"call_site": site["label"], "library_site": site["library_site"], "site": site,
+                          "idle_us": round(float(per_site[g]), 3), "count": int(counts[g]),
+                          "context": ctx.frames.context(frame),
+                          "occurrences": [(us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()]})
+    top = top_sites[0]
+    parent = Finding(
+        kind="launch_gap", severity=severity_for(impact, window_us),
+        title=f"GPU idle {share_text(impact, window_us)} of the window waiting for the CPU to launch work "
+              f"({gaps} gaps under {long_gap_us / 1e3:g} ms)",
+        call_site=top["site"]["call_site"] or top["call_site"], library_site=top["library_site"], impact_us=impact,
+        advice=_launch_advice(ctx, graph, per_step), count=gaps, id="launch_overhead",
+        detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
+                "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},
+        occurrences_us=tuple(tuple(o) for o in top["occurrences"]))
+    children = []
+    if len(top_sites) > 1:
+        for k, s in enumerate(top_sites):
+            if s["idle_us"] < CHILD_SHARE * impact:
+                continue
+            children.append(Finding(
+                kind="launch_gap", severity=severity_for(s["idle_us"], window_us),
+                title=f"of which {share_text(s['idle_us'], impact)} waiting for launches {s['site']['phrase']}",
+                call_site=s["site"]["call_site"] or s["call_site"], library_site=s["library_site"],
+                impact_us=s["idle_us"], count=s["count"], id=f"launch_overhead.{k}", parent="launch_overhead",
+                advice="The launches from this code keep the GPU waiting most: fuse, batch or graph-capture here first.",
+                detail={"context": s["context"], "site": s["site"]},
+                occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
+    return [parent, *children]
+
+
+def share_text(part: float, whole: float) -> str:
+    share = 100 * part / whole if whole else 0.0
+    return "<1%" if 0 < share < 1 else f"{share:.0f}%"
+
+
+def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: float) -> list[Finding]:
+    out = []
+    for k, h in enumerate(host_work):
+        out.append(Finding(
+            kind="host_work", severity=severity_for(h["idle_us"], window_us),
+            title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) while "
+                  f"the CPU ran {h['call_site']}",
+            call_site=h["site"]["call_site"] or h["call_site"], library_site=h["site"]["library_site"],
+            impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
+            advice="The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
+                   "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
+                   "the next GPU work before doing it so the two overlap.",
+            detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"]},
+            occurrences_us=tuple(tuple(o) for o in h["occurrences"])))
+    return out
+
+
+def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
+    idle = ctx.idle
+    sel = idle.cause == QUEUED
+    impact = us(idle.duration_ns[sel].sum())
+    if impact <= 0:
+        return []
+    n = int(len(np.unique(idle.gap[sel])))
+    worst = np.flatnonzero(sel)[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
+    replayed = ctx.graphs.replayed
+    return [Finding(
+        kind="queued", severity=severity_for(impact, window_us),
+        title=f"GPU idle between work that was already queued ({n} gaps, mean {impact / n:.1f} µs)",
+        call_site=None, impact_us=impact, count=n, id="queued",
+        advice="Nothing on the CPU delayed these: the next work had been launched before the GPU ran dry. They are "
+               "the device's own latency between back-to-back kernels" + (" (here mostly between a replayed graph's "
+                                                                         "nodes)" if replayed else "")
+               + ", or waits on other streams and events (a copy, a collective). Fewer, larger kernels shrink the "
+                 "first kind; overlapping or reordering the awaited work shrinks the second.",
+        occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))]

@@ -7,8 +7,8 @@ import numpy as np
 
 from analyzer import waits
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.frames import describe_frame
 from analyzer.gapcauses import EVENT_LOOP_IDLE, THREAD_HOP
-from analyzer.steps import step_ranges
 
 _MAX_ATTRIBUTED = 5000  # gaps attributed one by one; the rest only counted
 UNKNOWN = "(unknown)"  # no Python wait frame on the launching thread (a trace without with_stack, or none matched)
@@ -18,8 +18,10 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     loop = _parked_sites(ctx, EVENT_LOOP_IDLE, waits.EVENT_LOOP_WAIT, same_thread=True)
     hops = _parked_sites(ctx, THREAD_HOP, waits.HANDOFF_WAIT, same_thread=False)
     requests = _requests(ctx)
+    latency = _latency(ctx)
     data = {"event_loop_idle": loop, "thread_hops": hops, "requests": requests,
-            "steps": _steps_with_requests(ctx, requests), "latency": _latency(ctx)}
+            "steps": _steps_with_requests(ctx, requests), "latency": latency,
+            "is_serving": bool(requests or latency or loop["count"])}
     return DetectorResult("serving", data, tuple(_findings(ctx, loop, hops)))
 
 
@@ -27,16 +29,10 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     """Total idle of one cause, grouped by the user frame that let the thread park: for an event-loop wait, the
     last user code that ran on the launching thread before it parked (the coroutine that awaited); for a hop, the
     last user code on another thread before the launching thread woke (the code that handed the work over)."""
-    model = ctx.model
-    starts, ends, rows = [], [], []
-    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
-        sel = np.flatnonzero(cause == code)
-        starts.append(dev.idle_starts[sel])
-        ends.append(dev.idle_ends[sel])
-        rows.append(responsible[sel])
-    a = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-    b = np.concatenate(ends) if ends else np.zeros(0, np.int64)
-    launch = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    model, idle = ctx.model, ctx.idle
+    sel = np.flatnonzero(idle.cause == code)
+    a, b = idle.start_ns[sel], idle.end_ns[sel]
+    launch = ctx.gaps.launch[idle.gap[sel]]  # the thread that launched the work the GPU waited for
     total = float((b - a).sum()) / 1e3
     by_site: dict[str, dict] = {}
     if len(a):
@@ -59,7 +55,7 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     sites = sorted(by_site.values(), key=lambda s: -s["idle_us"])
     for s in sites:
         s["idle_us"], s["max_us"] = round(s["idle_us"], 3), round(s["max_us"], 3)
-    return {"idle_us": round(total, 3), "count": int(len(a)), "sites": sites[:20]}
+    return {"idle_us": round(total, 3), "count": int(len(np.unique(idle.gap[sel]))), "sites": sites[:20]}
 
 
 class _ThreadFrames:
@@ -91,11 +87,11 @@ class _ThreadFrames:
         # user code around the most recent frame
         for row in recent:
             if index.user_frame_of(row) == row:
-                return index.name(row)
+                return describe_frame(index.name(row))
         for row in recent:
             if index.user_frame_of(row) >= 0:
-                return index.name(index.user_frame_of(row))
-        return index.name(recent[0]) if recent else UNKNOWN
+                return describe_frame(index.name(index.user_frame_of(row)))
+        return describe_frame(index.name(recent[0])) if recent else UNKNOWN
 
 
 def _by_end(frames, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +130,7 @@ def _steps_with_requests(ctx: AnalysisContext, requests: list[dict]) -> list[dic
     """Per step: how many requests were in the batch (admitted before it began, not finished before it ended)."""
     if not requests:
         return []
-    steps = step_ranges(ctx.model)
+    steps = ctx.steps
     admitted = np.array([r["admitted_us"] for r in requests]) * 1e3
     finished = np.array([r["finished_us"] for r in requests]) * 1e3
     out = []
@@ -164,20 +160,32 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
             kind="event_loop_idle", severity=severity_for(loop["idle_us"], window_us),
             title=f"GPU idle while the event loop was parked ({loop['count']} gaps)"
                   + (f", last code before it: {site}" if site else ""),
-            call_site=site, impact_us=loop["idle_us"], count=loop["count"],
+            call_site=site, impact_us=loop["idle_us"], count=loop["count"], id="event_loop_idle",
             advice="The thread that launches GPU work sat in the event loop's selector (an `await asyncio.sleep(...)` "
                    "or an await on I/O) with nothing queued on the GPU. Yield with `await asyncio.sleep(0)` between "
                    "steps, or queue the next step before awaiting, so the GPU never waits on the loop's timer.",
             detail={"sites": loop["sites"][:5]}, occurrences_us=occurrences))
-    if hops["count"]:
+    if hops["count"] and ctx.traits.training:
+        site, occurrences = _top_site(hops)
+        out.append(Finding(
+            kind="thread_hop", severity=severity_for(hops["idle_us"], window_us),
+            title=f"GPU idle while the next work came from another thread ({hops['count']} hand-offs, e.g. to "
+                  f"autograd's backward thread)", call_site=site, impact_us=hops["idle_us"], count=hops["count"],
+            id="thread_hop",
+            advice="Autograd runs the backward pass on its own thread, so the first backward kernel waits for that "
+                   "thread to pick the work up (likewise for data-loader or communication threads handing work "
+                   "over). It is normally small; if it is not, look at what the launching thread did first (a "
+                   "lock, a Python callback, a hook).",
+            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences))
+    elif hops["count"]:
         site, occurrences = _top_site(hops)
         out.append(Finding(
             kind="thread_hop", severity=severity_for(hops["idle_us"], window_us),
             title=f"GPU idle while work was handed between threads ({hops['count']} hops)"
                   + (f", handed over at {site}" if site else ": the next work launched from another thread"),
-            call_site=site, impact_us=hops["idle_us"], count=hops["count"],
+            call_site=site, impact_us=hops["idle_us"], count=hops["count"], id="thread_hop",
             advice="The next GPU work came from a thread that had to be woken (a worker pool's queue, a lock, a "
-                   "future; in training, autograd's backward thread) after another thread handed it over. Every "
+                   "future) after another thread handed it over. Every "
                    "`asyncio.to_thread` / `run_in_executor` round trip adds such a wake-up to the GPU's idle time: "
                    "launch from one thread, or keep one dedicated thread looping over steps instead of a hand-off "
                    "per step. The profiler records ops only on the thread that started it, so a worker's ops may be "

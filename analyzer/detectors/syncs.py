@@ -8,9 +8,10 @@ import numpy as np
 
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import op_chain, outermost_op, parse_frame, site_label
+from analyzer.frames import op_chain, outermost_op, parse_frame
 from analyzer.gapcauses import SYNC
-from analyzer.steps import step_ranges
+from analyzer.instrumentation import PROFILER_FRAME
+from analyzer.sites import describe_site, site_keys, site_phrase
 from analyzer.trace import GpuKind
 
 _MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",
@@ -45,7 +46,7 @@ def _classify(ctx: AnalysisContext, row: int, copy_name: str | None) -> tuple[st
     frames = model.frame_chain(int(model.runtime.frame[row])) if model.runtime.frame[row] >= 0 else []
     ops = op_chain(model, int(model.runtime.op[row])) if model.runtime.op[row] >= 0 else []
     joined = " ".join(frames)
-    if "torch/profiler/" in joined or "torch/autograd/profiler" in joined:
+    if ctx.instrumentation[row] or any(PROFILER_FRAME.search(f) for f in frames):
         return "profiler", None
     if "_tensor_str.py" in joined or "<built-in function print>" in joined or any(
             f.endswith(("): __repr__", "): __format__", "): __str__")) and "torch/_tensor.py" in f for f in frames):
@@ -72,7 +73,7 @@ def _blocking_events(ctx: AnalysisContext) -> list[list[int]]:
     """Groups of runtime rows that block the CPU once: a copy and the stream sync it forces count once."""
     model = ctx.model
     rt = model.runtime
-    classes = apis.runtime_classes(model)
+    classes = ctx.runtime_classes
     blocking_copies = set(apis.blocking_copy_rows(model).tolist())
     syncs = np.flatnonzero((classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)).tolist()
     rows = sorted(set(syncs) | blocking_copies, key=lambda r: rt.start_ns[r])
@@ -119,91 +120,113 @@ def _copy_for(ctx: AnalysisContext, group: list[int], copies_by_op: dict[int, st
     return copies_by_op.get(int(rt.op[group[-1]]))
 
 
-def _meta_lines(ctx: AnalysisContext, frame_name: str | None) -> list[dict]:
-    """Sync sites that the capture's sync-debug pass recorded inside this trace frame's function."""
-    if not ctx.meta or not frame_name:
+def _meta_lines(ctx: AnalysisContext, user_frame: str | None, library_frame: str | None) -> list[dict]:
+    """Sync sites that the capture's sync-debug pass recorded inside this trace site's user function (and, when the
+    site is inside a library, inside the same library function)."""
+    if not ctx.meta or not user_frame:
         return []
-    parsed = parse_frame(frame_name)
+    parsed = parse_frame(user_frame)
     if not parsed:
         return []
     file, _, func = parsed
+    lib = parse_frame(library_frame) if library_frame else None
     out = []
     for site in ctx.meta.sync_sites:
         f = str(site.get("file", ""))
-        if site.get("function") == func and f and (file.endswith(f) or f.endswith(file)):
-            out.append(site)
+        if not (site.get("function") == func and f and (file.endswith(f) or f.endswith(file))):
+            continue
+        lib_file = site.get("library_file")
+        if lib and lib_file and not (site.get("library_function") == lib[2] and
+                                     (lib[0].endswith(lib_file) or lib_file.endswith(lib[0]))):
+            continue
+        out.append(site)
     return out
 
 
+def _exact_site(ctx: AnalysisContext, key: int, frame: int, lines: list[dict]) -> dict:
+    """describe_site, with the exact user (and library) line when the sync-debug pass pinned it down."""
+    line = lines[0] if len(lines) == 1 else None
+    site = describe_site(ctx, key, frame, f"{line['file']}:{line['line']}" if line else None)
+    if line and line.get("library_file") and site["library_frame"]:
+        site["library_site"] = f"{line['library_file']}:{line['library_line']} in {line['library_function']}()"
+        site["phrase"] = site_phrase(site)
+    return site
+
+
 def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
-    """The idle intervals that gap classification blamed on each blocking runtime row (cause `sync`), so the
-    drain per call site adds up to `gaps.by_cause.sync` exactly."""
+    """The idle pieces of cause `sync`, by the blocking runtime row they were cut for, so the drain per call site
+    adds up to `gaps.by_cause.sync` exactly."""
+    idle = ctx.idle
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for dev, (cause, responsible) in zip(ctx.timeline.devices, ctx.gap_causes):
-        for i in np.flatnonzero(cause == SYNC).tolist():
-            out[int(responsible[i])].append((int(dev.idle_starts[i]), int(dev.idle_ends[i])))
+    for i in np.flatnonzero(idle.cause == SYNC).tolist():
+        out[int(idle.row[i])].append((int(idle.start_ns[i]), int(idle.end_ns[i])))
     return out
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:
     model, timeline = ctx.model, ctx.timeline
     rt = model.runtime
-    steps = step_ranges(model)
+    steps = ctx.steps
     drained = _drains_by_row(ctx)
     sites: dict[tuple, dict] = {}
     copies_by_op = _copies_by_op(ctx)
     for group in _blocking_events(ctx):
         last = group[-1]
+        blocked = max(group, key=lambda r: rt.end_ns[r] - rt.start_ns[r])  # the call the CPU actually waited in
         copy_name = _copy_for(ctx, group, copies_by_op)
         kind, api_detail = _classify(ctx, last, copy_name)
         frame = int(rt.frame[last])
-        frame_name = site_label(model, ctx.frames, last)
+        key = int(site_keys(ctx, rt.frame[last:last + 1], rt.op[last:last + 1], rt.name[last:last + 1])[0])
         op = int(rt.op[last])
         op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
         wait = int(sum(rt.end_ns[r] - rt.start_ns[r] for r in group))
-        end = int(rt.end_ns[last])
-        spans = [span for r in group for span in drained.get(r, ())]
+        spans = sorted(span for r in group for span in drained.get(r, ()))
         drain = sum(e - s for s, e in spans)
-        drain_span = (us(spans[0][0]), us(spans[0][1])) if spans else None
-        api = model.names[rt.name[last]]
-        key = (frame_name, kind, api)
-        entry = sites.get(key)
+        api = model.names[rt.name[blocked]]
+        entry = sites.get((key, kind))
         if entry is None:
-            lines = _meta_lines(ctx, frame_name)
-            exact = f"{lines[0]['file']}:{lines[0]['line']}" if len(lines) == 1 else None
-            entry = sites[key] = {
-                "call_site": exact or frame_name, "frame": frame_name, "kind": kind, "api": api, "op": op_name,
+            lines = _meta_lines(ctx, ctx.frames.name(ctx.frames.user_frame_of(frame)),
+                                ctx.frames.name(ctx.frames.library_frame_of(frame)))
+            site = _exact_site(ctx, key, frame, lines)
+            entry = sites[(key, kind)] = {
+                "call_site": site["label"], "library_site": site["library_site"], "site": site,
+                "frame": site["call_frame"], "kind": kind, "api": api, "apis": defaultdict(int), "op": op_name,
                 "api_detail": api_detail, "copy": copy_name, "count": 0, "wait_us": 0.0, "drain_us": 0.0,
                 "per_step": defaultdict(int), "source_lines": [{"file": s["file"], "line": s["line"],
                                                                 "code": s.get("code", "")} for s in lines],
                 "context": ctx.frames.context(frame), "occurrences": [], "drains_us": [],
             }
         entry["count"] += 1
+        entry["apis"][api] += 1
         entry["wait_us"] += wait / 1e3
         entry["drain_us"] += drain / 1e3
         step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
         entry["per_step"][steps.names[step] if step >= 0 else "(outside steps)"] += 1
         if len(entry["occurrences"]) < 16:
-            entry["occurrences"].append((us(rt.start_ns[group[0]]), us(end)))  # the blocking call(s)
-            if drain_span:
-                entry["drains_us"].append(drain_span)  # the GPU idle interval it caused
+            entry["occurrences"].append((us(rt.start_ns[group[0]]), us(rt.end_ns[last])))  # the blocking call(s)
+            if spans:
+                entry["drains_us"].append((us(spans[0][0]), us(spans[-1][1])))  # the GPU idle it caused
     site_list = sorted(sites.values(), key=lambda s: (-s["drain_us"], -s["count"]))
     for s in site_list:
         s["wait_us"], s["drain_us"] = round(s["wait_us"], 3), round(s["drain_us"], 3)
         s["per_step"] = dict(s["per_step"])
+        s["apis"] = dict(s["apis"])
+        s["api"] = max(s["apis"], key=s["apis"].get)
     window_us = timeline.window_ns / 1e3
     findings = []
-    for s in site_list:
+    for k, s in enumerate(site_list):
         if s["kind"] == "profiler":
             continue
-        per_step = [v for k, v in s["per_step"].items() if k != "(outside steps)"]
-        every = f", {max(per_step)}x per step in {len(per_step)} of {len(steps)} steps" if per_step and len(steps) else ""
+        per_step = [v for name, v in s["per_step"].items() if name != "(outside steps)"]
+        every = f", {max(per_step)}x per {ctx.traits.step_word} in {len(per_step)} of {len(steps)} steps" \
+            if per_step and len(steps) else ""
         findings.append(Finding(
             kind="sync", severity=severity_for(s["drain_us"], window_us),
-            title=f"{LABEL[s['kind']]} blocks the CPU {s['count']}x{every} at {s['call_site']}",
-            call_site=s["call_site"], impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]],
+            title=f"{LABEL[s['kind']]} blocks the CPU {s['count']}x{every} {s['site']['phrase']}",
+            call_site=s["site"]["call_site"] or s["call_site"], library_site=s["library_site"],
+            impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]], id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
-                    "context": s["context"], "source_lines": s["source_lines"]},
+                    "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},
             occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"]))))
     sync_events = int((model.gpu.kind == GpuKind.SYNC).sum())
     data = {

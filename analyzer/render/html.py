@@ -16,8 +16,9 @@ from analyzer.render.markdown import named_site
 from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "other": "#999999",
-                "event_loop_idle": "#882255", "thread_hop": "#44AA99"}  # Paul Tol's wine and teal: no clash
+CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "queued": "#999999",
+                "event_loop_idle": "#882255", "thread_hop": "#44AA99",  # Paul Tol's wine and teal: no clash
+                "warmup": "#DDCC77", "profiler": "#BBBBBB", "unknown": "#666666"}  # Tol's sand, greys
 BUSY_COLOR = "#0072B2"
 RESERVED_COLOR = "#009E73"
 ALLOCATED_COLOR = "#56B4E9"

@@ -7,8 +7,9 @@ MAX_CHARS = 60_000
 MAX_STEP_ROWS = 24
 MAX_FINDINGS = 15
 MAX_REQUEST_ROWS = 24
-BASE_CAUSES = ("cpu_launch", "sync", "allocator", "other")
-CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop"}
+BASE_CAUSES = ("cpu_launch", "sync", "allocator", "queued")
+CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop",
+                 "warmup": "one-time", "unknown": "unexplained"}
 
 
 def _cell(text) -> str:
@@ -35,13 +36,32 @@ def headline(report: dict) -> str:
     if s.get("gpu_utilization") is None:
         note = s.get("note") or "no GPU activity in this trace"
         return f"**{note[0].upper()}{note[1:]}.**"
+    steps = s["steps"]
+    word = s.get("step_word", "step")
     line = (f"**GPU utilization {fmt_pct(s['gpu_utilization'])}**: busy {fmt_us(s['gpu_busy_us'])}, "
-            f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window over {s['steps']} steps")
+            f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window over {steps} "
+            f"{word}{'' if steps == 1 else 's'}")
     dil = s.get("step_time_us")
-    if dil:
-        line += (f"; step {fmt_us(dil['unprofiled_p50'])} unprofiled vs {fmt_us(dil['profiled_p50'])} profiled "
+    if dil and dil.get("profiler_dilation") is not None:
+        line += (f"; {word} {fmt_us(dil['unprofiled_p50'])} unprofiled vs {fmt_us(dil['profiled_p50'])} profiled "
                  f"(profiler dilation {dil['profiler_dilation']:.2f}x)")
+    elif dil and dil.get("omitted"):
+        line += f"; unprofiled {word} {fmt_us(dil['unprofiled_p50'])} (no profiled match: {dil['omitted']})"
     return line + "."
+
+
+def partition_line(report: dict) -> str | None:
+    """Where the idle time went, in the words of the partition: findings, instrumentation, unexplained."""
+    p = report["summary"].get("idle_partition")
+    if not p or not p.get("idle_us"):
+        return None
+    parts = [f"{fmt_us(p['findings_us'])} explained by the findings below"]
+    if p.get("instrumentation_us"):
+        parts.append(f"{fmt_us(p['instrumentation_us'])} in the profiler's own code")
+    if abs(p.get("unexplained_us") or 0) >= 0.001:
+        parts.append(f"{fmt_us(p['unexplained_us'])} unexplained (the launch of the work after the gap is not in "
+                     f"the trace)")
+    return f"Of the {fmt_us(p['idle_us'])} idle: " + "; ".join(parts) + "."
 
 
 def render_markdown(report: dict) -> str:
@@ -66,24 +86,69 @@ def _header(report: dict) -> list[str]:
     else:
         title = f"### GPU idle report: `{_cell(report['source']['trace'])}`"
     lines = [title, "", headline(report), ""]
+    if part := partition_line(report):
+        lines += [part, ""]
     by_cause = report["gaps"]["by_cause"]
     if any(by_cause.values()):
-        lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items()) + ".", ""]
+        lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items() if v) + ".", ""]
+    if notes := trace_notes(report):
+        lines += [notes, ""]
     warnings = report["trace"].get("warnings")
     if warnings:
         lines += ["Trace warnings: " + "; ".join(f"{k} ({v})" for k, v in warnings.items()), ""]
     return lines
 
 
+def trace_notes(report: dict) -> str | None:
+    """What kind of run this is, where it changes the reading: training, CUDA/HIP graphs, HIP."""
+    traits = report["summary"].get("traits") or {}
+    graphs = traits.get("graphs") or {}
+    notes = []
+    if traits.get("training"):
+        notes.append("a training run (autograd backward / optimizer ops)")
+    if traits.get("runtime") == "HIP":
+        notes.append("ROCm (HIP runtime)")
+    if graphs.get("replays"):
+        notes.append(f"{graphs['replays']} graph replays running {graphs['replay_gpu_activities']} GPU activities, "
+                     f"{graphs['eager_launches']} eager launches")
+    if graphs.get("captures"):
+        notes.append(f"{graphs['captures']} graph captures ({graphs['captured_launches']} launches recorded into "
+                     f"graphs, not executed)")
+    return "This trace: " + "; ".join(notes) + "." if notes else None
+
+
+def numbered(findings: list[dict]) -> list[tuple[str, dict]]:
+    """("1", f), ("1.1", child), ("2", f) ...: findings that refine another are numbered under it."""
+    out, top, sub = [], 0, 0
+    for f in findings:
+        if f.get("parent"):
+            sub += 1
+            out.append((f"{top}.{sub}", f))
+        else:
+            top, sub = top + 1, 0
+            out.append((str(top), f))
+    return out
+
+
+def where(f: dict) -> str:
+    """The call site, and the library code inside it, as one table cell."""
+    call, lib = f.get("call_site"), f.get("library_site")
+    if call and lib:
+        return f"{_code(call)} → {_code(lib)}"
+    return _code(call or lib)
+
+
 def _findings(report: dict) -> list[str]:
     findings = report["findings"]
     if not findings:
         return ["No findings: nothing in this trace left the GPU measurably idle.", ""]
-    rows = [[i + 1, f["severity"], f["kind"], f["title"], _code(f["call_site"]), f["count"], fmt_us(f["impact_us"])]
-            for i, f in enumerate(findings[:MAX_FINDINGS])]
-    lines = ["#### Findings (ranked by GPU idle time explained)", ""]
-    lines += _table(["#", "severity", "kind", "finding", "call site", "count", "GPU idle"], rows) + [""]
-    advice = [f"{i + 1}. **{_cell(f['title'])}** — {f['advice']}" for i, f in enumerate(findings[:MAX_FINDINGS])]
+    shown = numbered(findings)[:MAX_FINDINGS]
+    rows = [[n, f["severity"], f["kind"], ("↳ " if f.get("parent") else "") + f["title"], where(f), f["count"],
+             fmt_us(f["impact_us"])] for n, f in shown]
+    lines = ["#### Findings (ranked by GPU idle time explained; ↳ rows refine the finding above them)", ""]
+    lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle"], rows)
+    lines.append("")
+    advice = [f"{n}. **{_cell(f['title'])}** — {f['advice']}" for n, f in shown if not f.get("parent")]
     return lines + _details("What to do about each finding", advice)
 
 
@@ -93,18 +158,21 @@ def _steps(report: dict) -> list[str]:
         return []
     shown = steps if len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + steps[-MAX_STEP_ROWS // 2:]
     causes = _causes_shown(report)
-    rows = [[s["step"], fmt_us(s["wall_us"]), fmt_us(s["busy_us"]), fmt_pct(s["gpu_utilization"]),
-             *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]] for s in shown]
-    lines = [f"#### Per step ({len(steps)} steps, from {report['gaps']['step_source']})", ""]
-    lines += _table(["step", "wall", "GPU busy", "util", *(f"idle: {CAUSE_HEADERS.get(c, c)}" for c in causes),
-                     "launches"], rows)
+    rows = [[s["step"], fmt_us(s["cpu_us"]), fmt_us(s.get("gpu_span_us")), fmt_us(s["busy_us"]),
+             fmt_pct(s["gpu_utilization"]), *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]]
+            for s in shown]
+    lines = [f"#### Per step ({len(steps)} steps, from {report['gaps']['step_source']})", "",
+             "A step's GPU work is what it launched (matched by correlation id), wherever it ran; its idle time is "
+             "the wait before that work. Utilization = busy / (busy + idle).", ""]
+    lines += _table(["step", "CPU span", "GPU span", "GPU busy", "util",
+                     *(f"idle: {CAUSE_HEADERS.get(c, c)}" for c in causes), "launches"], rows)
     if len(shown) < len(steps):
         lines.append(f"_({len(steps) - len(shown)} middle steps omitted)_")
     return lines + [""]
 
 
 def _causes_shown(report: dict) -> list[str]:
-    """The four base causes always; the serving ones where this trace has them."""
+    """The base causes always; the others where this trace has them."""
     by_cause = report["gaps"]["by_cause"]
     return [*BASE_CAUSES, *(c for c in by_cause if c not in BASE_CAUSES and by_cause[c])]
 
@@ -119,7 +187,7 @@ def _serving(report: dict) -> list[str]:
     serving = report.get("serving") or {}
     latency = serving.get("latency")
     loop, hops = serving.get("event_loop_idle") or {}, serving.get("thread_hops") or {}
-    if not latency and not loop.get("count") and not hops.get("count"):
+    if not serving.get("is_serving", latency or loop.get("count")):
         return []
     lines = ["#### Serving: per-request latency and per-step GPU utilization", ""]
     if latency:
@@ -170,14 +238,14 @@ def _gap_details(report: dict) -> list[str]:
     gaps = report["gaps"]
     body = []
     if gaps["top"]:
-        body += ["Largest idle intervals:", ""]
-        body += _table(["idle", "cause", "step", "op", "call site"],
-                       [[fmt_us(g["dur_us"]), g["cause"], g["step"], _code(g["op"]), _code(g["call_site"])]
+        body += ["Largest idle intervals (a gap cut by cause is listed piece by piece):", ""]
+        body += _table(["idle", "cause", "step", "op", "where (your code → library)"],
+                       [[fmt_us(g["dur_us"]), g["cause"], g["step"], _code(g["op"]), where(g)]
                         for g in gaps["top"][:15]])
-        body += ["", "Idle time by call site (innermost user frame):", ""]
-        body += _table(["cause", "call site", "gaps", "idle", "max", "ops"],
-                       [[s["cause"], _code(s["call_site"]), s["count"], fmt_us(s["idle_us"]), fmt_us(s["max_us"]),
-                         ", ".join(s["ops"])] for s in gaps["sites"][:15]])
+        body += ["", "Idle time by call site (the code that launched the awaited work, or that blocked):", ""]
+        body += _table(["cause", "where (your code → library)", "pieces", "idle", "max"],
+                       [[s["cause"], where(s), s["count"], fmt_us(s["idle_us"]), fmt_us(s["max_us"])]
+                        for s in gaps["sites"][:15]])
     stats = gaps["launch_stats"]
     if stats["launches"]:
         body += ["", f"Launches: {stats['launches']} ({', '.join(f'{k} {v}' for k, v in stats['by_api'].items())});"
@@ -202,9 +270,10 @@ def _sync_details(report: dict) -> list[str]:
     sites = report["syncs"]
     if not sites:
         return []
-    rows = [[_code(s["call_site"]), s["kind"], s["api"], _code(s["op"]), s["count"], fmt_us(s["wait_us"]),
+    rows = [[where(s), s["kind"], s["api"], _code(s["op"]), s["count"], fmt_us(s["wait_us"]),
              fmt_us(s["drain_us"])] for s in sites[:20]]
-    body = _table(["call site", "kind", "API", "op", "blocks", "CPU wait", "GPU drain"], rows)
+    body = _table(["where (your code → library)", "kind", "blocking API", "op", "blocks", "CPU wait",
+                   "GPU idle while blocked"], rows)
     for s in sites[:20]:
         for line in s.get("source_lines", []):
             body.append(f"\n`{line['file']}:{line['line']}`: `{_cell(line['code'])}`")
@@ -213,15 +282,18 @@ def _sync_details(report: dict) -> list[str]:
 
 def _allocator_details(report: dict) -> list[str]:
     a = report["allocator"]
+    names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
     body = [f"Peak reserved {fmt_bytes(a['reserved_peak_bytes'])}, peak allocated "
-            f"{fmt_bytes(a['allocated_peak_bytes'])}; {a['cuda_malloc']} cudaMalloc / {a['cuda_free']} cudaFree; "
+            f"{fmt_bytes(a['allocated_peak_bytes'])}; {a['cuda_malloc']} {names['malloc']} / {a['cuda_free']} "
+            f"{names['free']} ({a.get('warmup_calls', 0)} of them first allocations); "
             f"{a['allocations']} allocations served, cache hit share {fmt_pct(a['cache_hit_share'])}; reserved "
             f"grew {a['reserved_growth']['count']}x ({fmt_bytes(a['reserved_growth']['bytes'])}) and dropped "
             f"{a['reserved_drops']['count']}x ({fmt_bytes(a['reserved_drops']['bytes'])})."]
     if a["sites"]:
-        body += [""] + _table(["call site", "cudaMalloc", "cudaFree", "time", "steps"],
-                              [[_code(s["call_site"]), s["cuda_malloc"], s["cuda_free"], fmt_us(s["total_us"]),
-                                s["steps_with_calls"]] for s in a["sites"][:15]])
+        body += [""] + _table(["where (your code → library)", names["malloc"], names["free"], "call time",
+                               "GPU idle", "steps"],
+                              [[where(s), s["cuda_malloc"], s["cuda_free"], fmt_us(s["total_us"]),
+                                fmt_us(s.get("gpu_idle_us")), s["steps_with_calls"]] for s in a["sites"][:15]])
     if a.get("memory_stats_delta"):
         body += ["", "memory_stats over the profiled window: " +
                  ", ".join(f"{k} +{v}" for k, v in a["memory_stats_delta"].items())]

@@ -1,0 +1,71 @@
+"""One-time costs inside the profiled window (analyzer.onetime): context / stream / handle creation, module loading
+at a first launch, first-call set-up, the allocator's cache filling up, CUDA-graph capture."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.frames import describe_frame
+from analyzer.gapcauses import WARMUP
+from analyzer.onetime import LABELS
+from analyzer.render.units import fmt_us
+
+
+def detect(ctx: AnalysisContext) -> DetectorResult:
+    idle, model = ctx.idle, ctx.model
+    rt = model.runtime
+    sel = np.flatnonzero(idle.cause == WARMUP)
+    parts: dict[tuple[str, str], dict] = {}
+    for i in sel.tolist():
+        r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
+        if r >= 0:
+            what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
+        elif op >= 0:
+            what, api = "first call", f"{model.names[model.ops.name[op]]} (CPU time)"
+        elif frame >= 0:
+            name = model.names[model.frames.name[frame]]
+            what = "import" if name.startswith("<frozen importlib") else "JIT compilation"
+            api = describe_frame(name)
+        else:
+            what, api = "graph capture", f"{ctx.traits.graph_word} capture"
+        entry = parts.setdefault((what, api), {"kind": what, "api": api, "idle_us": 0.0, "calls": set(),
+                                               "occurrences": []})
+        entry["idle_us"] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
+        entry["calls"].add(r)
+        if len(entry["occurrences"]) < 8:
+            entry["occurrences"].append((us(idle.start_ns[i]), us(idle.end_ns[i])))
+    breakdown = sorted(parts.values(), key=lambda p: -p["idle_us"])
+    for p in breakdown:
+        p["idle_us"] = round(p["idle_us"], 3)
+        p["calls"] = len(p["calls"])
+    calls = defaultdict(int)
+    for label in ctx.one_time[ctx.one_time > 0].tolist():
+        calls[LABELS[label]] += 1
+    data = {"idle_us": us(idle.duration_ns[sel].sum()), "breakdown": breakdown, "one_time_calls": dict(calls),
+            "graph_captures": ctx.graphs.captures}
+    return DetectorResult("warmup", data, tuple(_findings(ctx, data, sel)))
+
+
+def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding]:
+    impact = data["idle_us"]
+    if impact <= 0:
+        return []
+    idle = ctx.idle
+    window_us = ctx.timeline.window_ns / 1e3
+    what = ", ".join(f"{p['api']} ({p['kind']}) {fmt_us(p['idle_us'])}" for p in data["breakdown"][:4])
+    worst = sel[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
+    advice = ("These costs are paid once per process: context, stream and library-handle creation, module loading at "
+              "a kernel's first launch, cuDNN/cuBLAS set-up, the caching allocator filling up. They say nothing "
+              "about the steady state and hide what does: run warm-up iterations before recording, e.g. "
+              "torch.profiler.schedule(wait=1, warmup=2, active=N) or start the profiler after the first steps.")
+    if ctx.graphs.captured:
+        advice += (f" {ctx.traits.graph_word} capture is start-up work too: profile a window where the captured "
+                   f"graphs are replayed.")
+    return [Finding(
+        kind="warmup", severity=severity_for(impact, window_us),
+        title=f"One-time costs in the profiled window: {what}",
+        call_site=None, impact_us=impact, count=int(len(np.unique(idle.gap[sel]))), advice=advice, id="warmup",
+        detail={"breakdown": data["breakdown"]},
+        occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))]

@@ -1,0 +1,139 @@
+"""One-time costs inside a profiled window: runtime calls that a warmed-up process would not make again.
+
+- creation: streams, events, contexts, library handles, graph instantiation, module/library loading, device
+  property queries made once;
+- first call: a call at least 20x slower than its API's median (and >= 0.5 ms) inside the first invocation of the op
+  that made it (lazy module loading in a first kernel launch, context set-up in a first cudaFree, cuDNN/cuBLAS
+  initialisation), or, outside any op, the first call of its API on that thread;
+- first allocation: the caching allocator reserving device (or pinned host) memory before anything was released in
+  the window, in or before the first step: the cache filling up, not churn.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from analyzer import apis
+from analyzer.steps import StepRanges
+from analyzer.trace import TraceModel
+from analyzer.trace.joins import thread_keys
+
+LABELS = ("", "creation", "first call", "first allocation")
+NONE, CREATION, FIRST_CALL, FIRST_ALLOCATION = range(4)
+# Python code that only runs the first time: an import, a JIT compilation (Triton, Dynamo/Inductor, flashinfer).
+FIRST_TIME_FRAME = re.compile(
+    r"^<frozen importlib\._bootstrap>\(\d+\): _find_and_load$"
+    r"|(^|/)triton/compiler/compiler\.py\(\d+\): compile$"
+    r"|(^|/)torch/_dynamo/convert_frame\.py\(\d+\): _compile$"
+    r"|(^|/)torch/_inductor/compile_fx\.py\(\d+\): compile_fx$"
+    r"|(^|/)flashinfer/jit/")
+ONE_TIME = frozenset({
+    "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority", "cudaEventCreate",
+    "cudaEventCreateWithFlags", "cudaGetDeviceProperties", "cudaGetDeviceCount", "cudaDriverGetVersion",
+    "cudaRuntimeGetVersion", "cudaDeviceReset", "cudaSetDevice", "cudaInitDevice", "cudaGraphInstantiate",
+    "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams", "cudaGraphUpload", "cudaGetSymbolAddress",
+    "cudaHostRegister",
+    "cuInit", "cuCtxCreate", "cuCtxCreate_v2", "cuDevicePrimaryCtxRetain", "cuStreamCreate",
+    "cuStreamCreateWithPriority", "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary",
+    "cuModuleGetFunction", "cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLibraryGetKernel", "cuLibraryGetModule",
+    "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphUpload",
+    "hipInit", "hipStreamCreate", "hipStreamCreateWithFlags", "hipStreamCreateWithPriority", "hipEventCreate",
+    "hipEventCreateWithFlags", "hipModuleLoad", "hipModuleLoadData", "hipModuleLoadDataEx", "hipModuleGetFunction",
+    "hipGraphInstantiate", "hipGraphInstantiateWithFlags", "hipGraphUpload", "hipGetDeviceCount", "hipSetDevice",
+    "hipCtxCreate", "hipDevicePrimaryCtxRetain", "hipHostRegister",
+})
+OUTLIER_FACTOR = 20
+OUTLIER_MIN_NS = 500_000
+
+
+def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndarray, steps: StepRanges) -> np.ndarray:
+    """Per runtime row: its one-time label code (NONE for steady-state calls)."""
+    rt, names = model.runtime, model.names
+    label = np.zeros(len(rt), np.int8)
+    if not len(rt):
+        return label
+    one_time_codes = [c for c, n in enumerate(names) if n in ONE_TIME]
+    label[np.isin(rt.name, one_time_codes)] = CREATION
+    label[_first_call_outliers(model, outermost_ops) & (label == NONE)] = FIRST_CALL
+    label[_first_allocations(model, classes, label, steps)] = FIRST_ALLOCATION
+    return label
+
+
+def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
+    rt = model.runtime
+    dur = rt.end_ns - rt.start_ns
+    codes, inverse = np.unique(rt.name, return_inverse=True)
+    median = np.zeros(len(codes))
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(codes) + 1))
+    for k in range(len(codes)):
+        median[k] = np.median(dur[order[bounds[k]:bounds[k + 1]]])
+    outlier = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_FACTOR * median[inverse])
+    if not outlier.any():
+        return outlier
+    (key,) = thread_keys([rt.pid], [rt.tid])
+    outer = np.where(rt.op >= 0, outermost_ops[np.maximum(rt.op, 0)], -1) if len(outermost_ops) else \
+        np.full(len(rt), -1)
+    first = np.zeros(len(rt), bool)
+    with_op = outer >= 0
+    if with_op.any():
+        ops = model.ops
+        (op_key,) = thread_keys([ops.pid], [ops.tid])
+        outer_rows = np.unique(outer[with_op])
+        first_invocation = _first_per_group(op_key[outer_rows], ops.name[outer_rows], ops.start_ns[outer_rows],
+                                            outer_rows)
+        first[with_op] = np.isin(outer[with_op], first_invocation)
+    loose = ~with_op
+    if loose.any():
+        rows = np.flatnonzero(loose)
+        first[_first_per_group(key[rows], rt.name[rows], rt.start_ns[rows], rows)] = True
+    return outlier & first
+
+
+def first_call_ops(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
+    """Rows of outermost ops whose first invocation on a thread took at least 20x (and >= 0.5 ms more than) the
+    median of their later invocations: the first call paid for set-up (library loading, cuDNN heuristics...)."""
+    ops = model.ops
+    rows = np.unique(outermost_ops[outermost_ops >= 0]) if len(ops) else np.zeros(0, np.int64)
+    if len(rows) < 2:
+        return np.zeros(0, np.int64)
+    (key,) = thread_keys([ops.pid[rows]], [ops.tid[rows]])
+    name, start = ops.name[rows], ops.start_ns[rows]
+    dur = ops.end_ns[rows] - start
+    order = np.lexsort((start, name, key))
+    k, n, d = key[order], name[order], dur[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (k[1:] != k[:-1]) | (n[1:] != n[:-1])
+    first = np.flatnonzero(new)
+    stop = np.r_[first[1:], len(order)]
+    out = []
+    for lo, hi in zip(first.tolist(), stop.tolist()):
+        if hi - lo < 2:
+            continue
+        later = float(np.median(d[lo + 1:hi]))
+        if d[lo] >= OUTLIER_FACTOR * later and d[lo] - later >= OUTLIER_MIN_NS:
+            out.append(rows[order[lo]])
+    return np.asarray(out, np.int64)
+
+
+def _first_per_group(key: np.ndarray, name: np.ndarray, start: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The row that starts first in each (key, name) group."""
+    order = np.lexsort((start, name, key))
+    k, n = key[order], name[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (k[1:] != k[:-1]) | (n[1:] != n[:-1])
+    return rows[order[new]]
+
+
+def _first_allocations(model: TraceModel, classes: np.ndarray, label: np.ndarray, steps: StepRanges) -> np.ndarray:
+    rt, names = model.runtime, model.names
+    memory_calls = (classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)
+    reserve_codes = [c for c, n in enumerate(names) if n in apis.ALLOC_RESERVE or n in apis.HOST_RESERVE]
+    reserve = memory_calls & np.isin(rt.name, reserve_codes)
+    release = memory_calls & ~reserve & (label == NONE)
+    first_release = rt.start_ns[release].min() if release.any() else np.iinfo(np.int64).max
+    limit = first_release
+    if len(steps):
+        limit = min(limit, int(steps.cpu_end_ns[0]))
+    return reserve & (rt.start_ns < limit) & (label == NONE)

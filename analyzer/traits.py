@@ -1,0 +1,51 @@
+"""What kind of run a trace records, so that words and advice fit it: training or inference, decode steps or other
+steps, CUDA or HIP, eager launches or CUDA-graph replay / capture."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from analyzer import apis
+from analyzer.graphs import GraphUse
+from analyzer.trace import TraceModel
+
+_TRAINING_OP = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.(step|zero_grad)#|"
+                          r"^torch::autograd::AccumulateGrad$")
+_HIP_NAMES = {"cudaMalloc": "hipMalloc", "cudaFree": "hipFree", "cudaStreamSynchronize": "hipStreamSynchronize",
+              "cudaDeviceSynchronize": "hipDeviceSynchronize", "cudaLaunchKernel": "hipLaunchKernel",
+              "cudaGraphLaunch": "hipGraphLaunch"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceTraits:
+    training: bool
+    hip: bool
+    graphs: GraphUse
+    decode: bool  # the steps are decode steps (our runtime's annotations, or named so)
+
+    @property
+    def step_word(self) -> str:
+        return "decode step" if self.decode and not self.training else "step"
+
+    @property
+    def graph_word(self) -> str:
+        return "HIP graph" if self.hip else "CUDA graph"
+
+    def api(self, cuda_name: str) -> str:
+        """The API as this trace's runtime spells it (cudaMalloc -> hipMalloc on ROCm)."""
+        return _HIP_NAMES.get(cuda_name, cuda_name) if self.hip else cuda_name
+
+    @property
+    def alloc_conf(self) -> str:
+        return "PYTORCH_HIP_ALLOC_CONF" if self.hip else "PYTORCH_CUDA_ALLOC_CONF"
+
+    def as_dict(self) -> dict:
+        return {"training": self.training, "runtime": "HIP" if self.hip else "CUDA", "decode": self.decode,
+                "graphs": self.graphs.as_dict()}
+
+
+def trace_traits(model: TraceModel, graphs: GraphUse, step_names: list[str]) -> TraceTraits:
+    op_codes = set(model.ops.name.tolist()) if len(model.ops) else set()
+    training = any(_TRAINING_OP.search(model.names[c]) for c in op_codes)
+    decode = any(n.startswith("decode") for n in step_names)
+    return TraceTraits(training=training, hip=apis.is_hip(model), graphs=graphs, decode=decode)
