@@ -86,6 +86,8 @@ def load_script(workload: Workload):
             spec = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
+    except UsageError as exc:  # the script's own one-line message, e.g. an optional dependency it lacks
+        raise UsageError(f"{workload.path}: key 'script': {exc}") from None
     except Exception as exc:  # a broken script is the user's input: report it on one line
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise UsageError(f"{workload.path}: key 'script': {path} failed to import at "
@@ -108,6 +110,12 @@ def _summarize_ms(values: list[float]) -> dict:
 
     return {"mean": statistics.fmean(values), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
             "min": ordered[0], "max": ordered[-1]}
+
+
+def tokens_per_step(wl) -> int | None:
+    """Tokens one step() adds per sequence: the script's `tokens_per_step`, else 1 for a decode step."""
+    tokens = getattr(wl, "tokens_per_step", None)
+    return tokens if tokens is not None else (1 if wl.step_label == "decode_step" else None)
 
 
 def time_unprofiled(wl, device, steps: int, warmup_steps: int, batch_size: int, progress: Progress) -> dict:
@@ -149,7 +157,8 @@ def time_unprofiled(wl, device, steps: int, warmup_steps: int, batch_size: int, 
         "step_ms": _summarize_ms(step_ms), "per_step_ms": step_ms,
         "cpu_issue_ms": _summarize_ms(cpu_ms),
         "wall_s": wall_s,
-        "tokens_per_s": batch_size * steps / wall_s if wl.step_label == "decode_step" else None,
+        "tokens_per_step": tokens_per_step(wl),
+        "tokens_per_s": batch_size * steps * tokens_per_step(wl) / wall_s if tokens_per_step(wl) else None,
         "clock": "cuda events between step starts" if cuda else "time.perf_counter",
     }
 
@@ -305,6 +314,8 @@ def capture(workload: Workload, out_dir: Path, argv: list[str]) -> int:
     device = resolve_device(workload, notes)
     dtype = resolve_dtype(workload, device)
     workload_cls = load_script(workload)
+    if hasattr(workload_cls, "check_workload"):
+        workload_cls.check_workload(workload, device)
     torch.manual_seed(workload["seed"])
     model = build_model(workload, device, dtype)
     from workloads.qwen2 import Sampling
@@ -348,9 +359,12 @@ def _capture_steps(workload_cls, model, sampling, workload: Workload, device, ru
     capacity = p["prompt_length"] + 1 + max(p["decode_steps"], p["timing.warmup_steps"],
                                             p["profiler.wait"] + p["profiler.warmup"], p["profiler.active"])
 
+    sections = getattr(workload_cls, "option_sections", ())
+    options = {"options": {k: v for k, v in p.values.items() if k.split(".")[0] in sections}} if sections else {}
+
     def make(mode: str):
         return workload_cls(model, batch_size=p["batch_size"], prompt_length=p["prompt_length"], capacity=capacity,
-                            sampling=sampling, mode=mode, seed=p["seed"])
+                            sampling=sampling, mode=mode, seed=p["seed"], **options)
 
     wl = make(p["mode"])
     meta["unprofiled"] = time_unprofiled(wl, device, p["decode_steps"], p["timing.warmup_steps"],
@@ -375,6 +389,9 @@ def _capture_steps(workload_cls, model, sampling, workload: Workload, device, ru
     tokens = wl.tokens()
     if tokens is not None:
         meta["sample_tokens"] = tokens[0, -8:].tolist()
+    info = wl.describe() if hasattr(wl, "describe") else None
+    if info:
+        meta["script_info"] = info
 
 
 def _print_summary(final: Path, meta: dict, device) -> None:

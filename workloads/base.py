@@ -4,6 +4,12 @@ A script is a module that defines `Workload`, a subclass of `DecodeWorkload` (or
 builds it once per mode, then calls `new_sequence()` and `step()`; each call of those is one annotated region of the
 trace (`prefill`, `decode_step#N`). Scripts do the work and nothing else: timing, profiling and the sync-debug pass
 belong to the capture.
+
+Optional hooks (all have defaults here; the capture also accepts scripts that do not subclass these classes):
+`check_workload(workload, device)` rejects a workload this script cannot run before anything is written (raise
+`analyzer.errors.UsageError`); `option_sections` names schema sections (e.g. `("hf",)`) whose keys reach `__init__`
+as `options` (a dict of dotted keys); `tokens_per_step` is the tokens one `step()` adds per sequence (meta.json's
+tokens/s); `describe()` returns facts about the run for meta.json's `script_info`.
 """
 from __future__ import annotations
 
@@ -17,6 +23,19 @@ class BaseWorkload:
     step_label = "decode_step"
     #: whether `new_sequence()` does GPU work worth its own `prefill` annotation
     has_prefill = True
+    #: schema sections whose keys the capture passes to `__init__` as `options={"section.key": value, ...}`
+    option_sections: tuple[str, ...] = ()
+    #: tokens one `step()` adds to each sequence (None: 1 for `decode_step`, no tokens/s otherwise)
+    tokens_per_step: int | None = None
+
+    @classmethod
+    def check_workload(cls, workload, device) -> None:
+        """Raise `analyzer.errors.UsageError` (naming workload.path and the key) for a workload this script cannot
+        run; called before the model is built or anything is written."""
+
+    def describe(self) -> dict:
+        """Facts about the run only the script knows (library versions, compile time), for meta.json."""
+        return {}
 
     def __init__(self, model: Qwen2ForCausalLM, *, batch_size: int, prompt_length: int, capacity: int,
                  sampling: Sampling, mode: str, seed: int):
