@@ -81,6 +81,12 @@ SCHEMA: tuple[Field, ...] = (
           "prompt length seen once, so no first-call costs land in the timed or profiled sessions)", minimum=0),
     Field("serve.timed_sessions", int, 3, "serve script: unprofiled sessions of the same traffic; the one of median "
           "throughput is reported, with every session's figures beside it", minimum=1),
+    Field("hf.max_new_tokens", int, 16, "hf_generate script: tokens each `model.generate()` call makes (its "
+          "max_new_tokens and min_new_tokens, so every call makes exactly this many; one call is one profiled step)",
+          minimum=1),
+    Field("compile.mode", str, "default", "compile_decode script: the `torch.compile` mode of the decode step "
+          "(reduce-overhead and max-autotune also replay it as a CUDA graph on CUDA)",
+          choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
     Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
           "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
 )
