@@ -1,4 +1,5 @@
-"""Command line: `python -m analyzer {capture,schema} ...`. Subcommands import their heavy modules lazily."""
+"""Command line: `python -m analyzer {capture,analyze,diff,dashboard,schema} ...`. Subcommands import their heavy
+modules lazily."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,8 @@ def _cmd_capture(args) -> int:
 
 def _cmd_analyze(args) -> int:
     from analyzer.cli_analyze import run_analyze
-    return run_analyze(args.path, args.out, args.hta, args.latest, not args.no_cache)
+    return run_analyze(args.path, args.out, args.hta, args.latest, not args.no_cache,
+                       user_code=tuple(args.user_code or ()))
 
 
 def _cmd_diff(args) -> int:
@@ -56,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--latest", action="store_true", help="PATH is a folder of runs (e.g. traces): analyze the newest")
     ana.add_argument("--no-cache", action="store_true",
                      help="parse the trace even if a columnar cache of it exists (and write none)")
+    ana.add_argument("--user-code", action="append", metavar="PREFIX",
+                     help="a path prefix of your own code (repeatable), e.g. --user-code vllm/ when you work on vLLM:"
+                          " its frames become call sites instead of library context")
     ana.set_defaults(func=_cmd_analyze)
     dif = sub.add_parser("diff", help="compare two runs (before / after a fix): findings, steps, utilization")
     dif.add_argument("before", help="run folder, trace file or report.json")

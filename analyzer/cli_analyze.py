@@ -10,7 +10,8 @@ TOP_PRINTED = 5
 CHILDREN_PRINTED = 2
 
 
-def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -> dict:
+def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True,
+                 user_code: tuple[str, ...] = ()) -> dict:
     import numpy as np
     from analyzer.analysis import analyze_model
     from analyzer.runmeta import read_meta
@@ -23,7 +24,7 @@ def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True) -
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
-        report = analyze_model(model, meta, item.trace)
+        report = analyze_model(model, meta, item.trace, user_code=user_code)
     if with_hta:
         from analyzer.hta_compare import run_hta
         report["hta"] = run_hta(item.trace, report)
@@ -103,14 +104,15 @@ def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
                                  f"(choose another --out)")
 
 
-def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False, cache: bool = True) -> int:
+def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False, cache: bool = True,
+                user_code: tuple[str, ...] = ()) -> int:
     import sys
     from analyzer.inputs import latest_run
     from analyzer.report_files import write_reports
     items = resolve_inputs(latest_run(path) if latest else path, out)
     # every trace is loaded, analyzed and rendered before anything is written: a bad rank leaves no reports
     done = [(item, report, render_all(report)) for item in items
-            for report in (build_report(item, with_hta, cache),)]
+            for report in (build_report(item, with_hta, cache, user_code),)]
     _refuse_foreign_reports([item.out_dir for item in items])
     meta_warned = set()  # ranks beside one meta.json share it: its warning once
     for n, (item, report, contents) in enumerate(done):

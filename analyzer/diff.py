@@ -42,7 +42,8 @@ def _read_report(path: Path) -> dict:
 
 
 def _finding_key(f: dict) -> tuple:
-    return (f["kind"], f.get("call_site"), (f.get("detail") or {}).get("kind"))
+    return (f["kind"], f.get("call_site"), f.get("library_site"), (f.get("detail") or {}).get("kind"),
+            f.get("parent") is not None)
 
 
 def _median(values):
@@ -55,8 +56,8 @@ def _step_stats(report: dict) -> dict:
     stats = {"steps": len(steps), "wall_us": _median([s["wall_us"] for s in steps]),
              "busy_us": _median([s["busy_us"] for s in steps]),
              "idle_us": _median([s["idle_us"] for s in steps])}
-    for cause in ("cpu_launch", "sync", "allocator", "other"):
-        stats[f"idle_{cause}_us"] = _median([s["idle_by_cause_us"][cause] for s in steps])
+    for cause in sorted({c for s in steps for c in s["idle_by_cause_us"]}):
+        stats[f"idle_{cause}_us"] = _median([s["idle_by_cause_us"].get(cause, 0.0) for s in steps])
     return stats
 
 
@@ -84,7 +85,7 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
         summary[f"step_{k}_us"] = {"before": (sa.get("step_time_us") or {}).get(k),
                                    "after": (sb.get("step_time_us") or {}).get(k)}
     steps_a, steps_b = _step_stats(a), _step_stats(b)
-    per_step = {k: {"before": steps_a[k], "after": steps_b[k]} for k in steps_a}
+    per_step = {k: {"before": steps_a.get(k), "after": steps_b.get(k)} for k in {**steps_a, **steps_b}}
     names_a = {s["step"]: s for s in a["gaps"]["per_step"]}
     aligned = [{"step": s["step"], "before": names_a[s["step"]], "after": s}
                for s in b["gaps"]["per_step"] if s["step"] in names_a]
@@ -96,9 +97,9 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
                           "after": round(sum(s["drain_us"] for s in b["syncs"]), 3)}}
     return {"schema": DIFF_SCHEMA, "before": {"name": name_a, "trace": a["source"]["trace"], "run": a.get("run")},
             "after": {"name": name_b, "trace": b["source"]["trace"], "run": b.get("run")},
-            "summary": summary, "idle_by_cause_us": {c: {"before": a["gaps"]["by_cause"][c],
-                                                         "after": b["gaps"]["by_cause"][c]}
-                                                     for c in a["gaps"]["by_cause"]},
+            "summary": summary, "idle_by_cause_us": {c: {"before": a["gaps"]["by_cause"].get(c, 0.0),
+                                                         "after": b["gaps"]["by_cause"].get(c, 0.0)}
+                                                     for c in {**a["gaps"]["by_cause"], **b["gaps"]["by_cause"]}},
             "per_step_median": per_step, "steps": aligned, "findings": findings, "syncs": syncs,
             "allocator": allocator}
 

@@ -32,8 +32,7 @@ from analyzer.trace.joins import thread_keys
 CAUSES = ("cpu_launch", "sync", "allocator", "warmup", "queued", "event_loop_idle", "thread_hop", "profiler",
           "unknown")
 CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN = range(9)
-# The causes that are not a finding's: instrumentation and what the trace cannot explain.
-UNATTRIBUTED = (PROFILER, UNKNOWN)
+PARKED_MIN_NS = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +125,8 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, classes: np.ndarray,
 def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.ndarray:
     """Whether the work after each gap was launched from another thread than the work before it."""
     rt = model.runtime
-    if not len(launch):
-        return np.zeros(0, bool)
+    if not len(launch) or not len(rt):
+        return np.zeros(len(launch), bool)
     prev = np.concatenate([d.idle_prev_gpu for d in timeline.devices]).astype(np.int64)
     prev_launch = model.gpu.launch[prev] if len(prev) else np.zeros(0, np.int64)
     both = (launch >= 0) & (prev_launch >= 0)
@@ -165,10 +164,18 @@ def _layers(model: TraceModel, classes: np.ndarray, one_time: np.ndarray, tool: 
         frame_layer(WARMUP, waits.matching_frames(model, FIRST_TIME_FRAME)),
         _Layer(WARMUP, op_key, ops.start_ns[first_call_ops], ops.end_ns[first_call_ops], none(len(first_call_ops)),
                none(len(first_call_ops)), first_call_ops),
-        frame_layer(EVENT_LOOP_IDLE, waits.matching_frames(model, waits.EVENT_LOOP_WAIT)),
-        frame_layer(THREAD_HOP, waits.matching_frames(model, waits.HANDOFF_WAIT)),
+        frame_layer(EVENT_LOOP_IDLE, _parked(model, waits.EVENT_LOOP_WAIT)),
+        frame_layer(THREAD_HOP, _parked(model, waits.HANDOFF_WAIT)),
     ]
     return [layer for layer in layers if len(layer.start)]
+
+
+def _parked(model: TraceModel, pattern) -> np.ndarray:
+    """Wait frames long enough to be a parked thread; a selector polled with a zero timeout between callbacks, or a
+    lock taken uncontended, is the loop's own work."""
+    rows = waits.matching_frames(model, pattern)
+    fr = model.frames
+    return rows[fr.end_ns[rows] - fr.start_ns[rows] >= PARKED_MIN_NS]
 
 
 def _merged(layer: _Layer):

@@ -20,7 +20,8 @@ import numpy as np
 
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext
-from analyzer.frames import outermost_op, site_label
+from analyzer.frames import outermost_op
+from analyzer.sites import runtime_site
 from analyzer.gapcauses import CAUSES
 from analyzer.render.html import window_start_us
 from analyzer.render.units import fmt_pct, fmt_us
@@ -237,14 +238,17 @@ class TimelineData:
         model, gpu = self.model, self.model.gpu
         lanes = []
         active = activity_mask(model)
-        for dev, (cause, responsible) in zip(self.ctx.timeline.devices, self.ctx.gap_causes):
+        idle = self.ctx.idle
+        piece_device = self.ctx.gaps.device[idle.gap] if len(idle) else np.zeros(0, np.int64)
+        for dev in self.ctx.timeline.devices:
             nb = len(dev.busy_starts)
+            mine = np.flatnonzero(piece_device == dev.device)
             lanes.append(Lane(
                 f"gpu{dev.device}", f"GPU {dev.device}", "device", DEVICE_STATES,
-                self._rel(np.concatenate([dev.busy_starts, dev.idle_starts])),
-                self._rel(np.concatenate([dev.busy_ends, dev.idle_ends])),
-                np.concatenate([np.zeros(nb, np.int64), 1 + np.asarray(cause, np.int64)]),
-                np.concatenate([np.full(nb, -1, np.int64), np.asarray(responsible, np.int64)])))
+                self._rel(np.concatenate([dev.busy_starts, idle.start_ns[mine]])),
+                self._rel(np.concatenate([dev.busy_ends, idle.end_ns[mine]])),
+                np.concatenate([np.zeros(nb, np.int64), 1 + np.asarray(idle.cause[mine], np.int64)]),
+                np.concatenate([np.full(nb, -1, np.int64), np.asarray(idle.row[mine], np.int64)])))
             rows = np.flatnonzero(active & (gpu.device == dev.device))
             streams, inverse = np.unique(gpu.stream[rows], return_inverse=True)
             busy = np.bincount(inverse, weights=(gpu.end_ns[rows] - gpu.start_ns[rows]).astype(np.float64))
@@ -327,7 +331,7 @@ class TimelineData:
 
     def site(self, runtime_row: int) -> str:
         if runtime_row not in self._sites:
-            self._sites[runtime_row] = site_label(self.model, self.ctx.frames, runtime_row)
+            self._sites[runtime_row] = runtime_site(self.ctx, runtime_row)["label"]
         return self._sites[runtime_row]
 
     def op(self, runtime_row: int) -> str | None:

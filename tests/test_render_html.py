@@ -159,17 +159,21 @@ def test_step_bars(name):
     bars = {t.name: t for t in fig.data if t.type == "bar"}
     assert fig.layout.barmode == "stack"
     assert list(bars["GPU busy"].x) == [s["step"] for s in steps]
-    for cause in ("cpu_launch", "sync", "allocator", "other"):
+    for cause in ("cpu_launch", "sync", "allocator", "queued"):
         total = sum(bars[f"idle: {cause}"].y)
         assert total == pytest.approx(sum(s["idle_by_cause_us"][cause] for s in steps) / 1e3, abs=1e-3)
 
 
 def test_graph_estimate_shows_measured():
-    report = report_for("graph_decode")
-    measured = report["gaps"]["cuda_graph_estimate"]["measured"]
+    report = report_for("alloc_churn")
+    estimate = report["gaps"]["cuda_graph_estimate"]
     page = render_html(report)
     section = page.split("CUDA-graph estimate</h3>", 1)[1].split("</table>", 1)[0]
-    assert "measured" in section and f"{measured['speedup']}×" in section
+    assert f"{estimate['estimated_speedup']}×" in section
+    graph_page = render_html(report_for("graph_decode"))  # a graph run: no estimate, the capture's measurement
+    section = graph_page.split("CUDA-graph estimate</h3>", 1)[1].split("</table>", 1)[0]
+    ratio = report_for("graph_decode")["run"]["mode_comparison"]["eager_over_graph"]
+    assert "already replays" in section and f"{ratio:.2f}×" in section
 
 
 def test_sync_and_allocator_tables():

@@ -50,8 +50,7 @@ def test_sleeping_loop_shows_event_loop_idle_after_the_awaiting_coroutine(report
     # one gap per sleep that found the GPU idle, each at least half asleep
     assert len(steps) // 2 <= loop["count"] <= len(sleeps)
     assert sum(e["dur"] for e in sleeps) / 2 <= loop["idle_us"] <= 2 * sum(e["dur"] for e in sleeps)
-    assert loop["sites"][0]["call_site"].startswith("workloads/serving/engine.py(")
-    assert loop["sites"][0]["call_site"].endswith("): serve")
+    assert loop["sites"][0]["call_site"].startswith("serve() (defined at workloads/serving/engine.py:")
     assert reports["serve"]["gaps"]["by_cause"]["event_loop_idle"] == pytest.approx(loop["idle_us"], abs=0.01)
     kinds = [f["kind"] for f in reports["serve"]["findings"]]
     assert "event_loop_idle" in kinds and "thread_hop" not in kinds
@@ -74,8 +73,9 @@ def test_to_thread_shows_one_hop_per_step_handed_over_by_the_loop(reports):
     ops_on_worker = [e for e in events if e.get("cat") == "cpu_op" and e["tid"] == worker]
     assert ops_on_worker == []  # the profiler records ops only on the thread that started it
     hops = reports["serve_to_thread"]["serving"]["thread_hops"]
-    assert len(steps) - 2 <= hops["count"] <= len(steps)
-    assert hops["sites"][0]["call_site"].endswith("): serve")
+    # one per step, plus up to two before the first step where the session's first work moved to the worker
+    assert len(steps) - 2 <= hops["count"] <= len(steps) + 2
+    assert hops["sites"][0]["call_site"].startswith("serve() (defined at ")
     assert reports["serve_to_thread"]["serving"]["event_loop_idle"]["count"] == 0
 
 

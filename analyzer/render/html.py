@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.gapcauses import CAUSES
-from analyzer.render.markdown import named_site
+from analyzer.render.markdown import named_site, numbered, partition_line, trace_notes
 from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
@@ -459,10 +459,13 @@ def _header(report: dict) -> str:
              f"busy <b>{ms(s.get('gpu_busy_us'))} ms</b>", f"idle <b>{ms(s.get('gpu_idle_us'))} ms</b>",
              f"window <b>{ms(s.get('window_us'))} ms</b>", f"steps <b>{_esc(s.get('steps'))}</b>"]
     st = s.get("step_time_us")
-    if st:
+    if st and st.get("profiler_dilation") is not None:
         facts.append(f"profiler dilation <b>{_esc(st.get('profiler_dilation'))}×</b> (step p50 "
                      f"{ms(st.get('profiled_p50'))} ms profiled vs {ms(st.get('unprofiled_p50'))} ms unprofiled)")
     out = [f"<header><h1>{_esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
+    for line in (partition_line(report), trace_notes(report)):
+        if line:
+            out.append(f"<p class=run>{_esc(line)}</p>")
     if run:
         keys = ("dtype", "layers", "batch_size", "mode", "torch", "cuda_runtime", "created_utc")
         out.append("<p class=run>" + " · ".join(f"{k} <code>{_esc(run.get(k))}</code>" for k in keys
@@ -478,7 +481,7 @@ def _cause_legend(report: dict) -> str:
     gaps = report.get("gaps") or {}
     by, count = gaps.get("by_cause") or {}, gaps.get("count_by_cause") or {}
     chips = [f"<span class=chip style='--c:{CAUSE_COLORS.get(c, '#999')}'>idle: {html.escape(c)} "
-             f"<b>{ms(by.get(c))} ms</b> ({_esc(count.get(c, 0))} gaps)</span>" for c in CAUSES if c in by]
+             f"<b>{ms(by.get(c))} ms</b> ({_esc(count.get(c, 0))} gaps)</span>" for c in CAUSES if by.get(c)]
     return "<p class=chips>" + "".join(chips) + "</p>" if chips else ""
 
 
@@ -491,16 +494,24 @@ def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _where(item: dict) -> str:
+    call, lib = item.get("call_site"), item.get("library_site")
+    cells = [f"<code>{_esc(call)}</code>" if call else "", f"→ <code>{_esc(lib)}</code>" if lib else ""]
+    return " ".join(c for c in cells if c) or "–"
+
+
 def _findings_table(report: dict) -> str:
     rows = []
-    for i, f in enumerate(report.get("findings") or [], 1):
+    for n, f in numbered(report.get("findings") or []):
         sev = f.get("severity")
-        title = (f"{_esc(f.get('title'))}<details><summary>advice</summary><p>{_esc(f.get('advice'))}</p>"
-                 f"{_context(f.get('detail', {}).get('context'))}</details>")
-        rows.append([str(i), f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{_esc(sev)}</span>",
-                     _esc(f.get("kind")), title, f"<code>{_esc(f.get('call_site'))}</code>",
+        child = bool(f.get("parent"))
+        title = (("↳ " if child else "") + f"{_esc(f.get('title'))}<details><summary>advice</summary><p>"
+                 f"{_esc(f.get('advice'))}</p>{_context(f.get('detail', {}).get('context'))}</details>")
+        rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{_esc(sev)}</span>",
+                     _esc(f.get("kind")), title, _where(f),
                      _esc(f.get("count")), f"<span class=num>{ms(f.get('impact_us'))}</span>"])
-    return _table(["#", "severity", "kind", "finding", "call site", "count", "GPU idle (ms)"], rows, "findings")
+    return _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle (ms)"],
+                  rows, "findings")
 
 
 def _context(frames) -> str:
@@ -514,9 +525,9 @@ def _top_gaps_table(report: dict, limit: int = 10) -> str:
     rows = [[f"<span class=num>{_x(g['ts_us'], t0):.3f}</span>", f"<span class=num>{ms(g.get('dur_us'))}</span>",
              f"<span class=chip style='--c:{CAUSE_COLORS.get(g.get('cause'), '#999')}'>{_esc(g.get('cause'))}</span>",
              _esc(g.get("step")), _esc(g.get("op")), _esc(g.get("runtime_call")),
-             f"<code>{_esc(g.get('call_site'))}</code><details><summary>stack</summary>{_context(g.get('context'))}"
+             f"{_where(g)}<details><summary>stack</summary>{_context(g.get('context'))}"
              f"</details>"] for g in ((report.get("gaps") or {}).get("top") or [])[:limit]]
-    return _table(["at (ms)", "duration (ms)", "cause", "step", "op", "runtime call", "call site"], rows)
+    return _table(["at (ms)", "duration (ms)", "cause", "step", "op", "runtime call", "where"], rows)
 
 
 def _stats_cell(stats: dict | None) -> str:
@@ -549,6 +560,15 @@ def _launch_tables(report: dict) -> str:
     if measured:
         graph_rows.append(["measured (meta.json)", f"eager {fmt_us(measured.get('eager_step_us'))} → CUDA graph "
                            f"{fmt_us(measured.get('cuda_graph_step_us'))}, {_times(measured.get('speedup'))}"])
+    if not cg:
+        mc = (report.get("run") or {}).get("mode_comparison") or {}
+        graphs = gaps.get("graphs") or {}
+        graph_rows = [["estimate", "none: the run already replays graphs" if graphs.get("replays") else
+                       "none for this trace (a graph capture, a training step, or no steps)"]]
+        if mc.get("eager_over_graph"):
+            graph_rows.append(["measured by the capture (meta.json)",
+                               f"eager {fmt_us(mc['eager_step_ms'] * 1e3)} → CUDA graph "
+                               f"{fmt_us(mc['cuda_graph_step_ms'] * 1e3)}, {mc['eager_over_graph']:.2f}×"])
     definition = f"<p class=hint>{_esc(ls.get('definition'))}</p>" if ls.get("definition") else ""
     return ("<div class=cols><div><h3>Launch statistics</h3>" + _table(["metric", "value"], launch_rows, "kv")
             + definition + "</div><div><h3>CUDA-graph estimate</h3>" + _table(["metric", "value"], graph_rows, "kv")
@@ -556,14 +576,14 @@ def _launch_tables(report: dict) -> str:
 
 
 def _sync_table(report: dict) -> str:
-    rows = [[f"<code>{_esc(s.get('call_site'))}</code>" + _source_lines(s.get("source_lines")),
+    rows = [[_where(s) + _source_lines(s.get("source_lines")),
              _esc(s.get("kind")), _esc(s.get("api")), _esc(s.get("op")), _esc(s.get("count")),
              f"<span class=num>{ms(s.get('wait_us'))}</span>", f"<span class=num>{ms(s.get('drain_us'))}</span>"]
             for s in report.get("syncs") or []]
     totals = report.get("sync_totals") or {}
     note = (f"<p class=hint>{_esc(totals.get('total_blocking_calls'))} blocking calls; wait = host time inside "
-            "the sync call, drain = GPU idle attributed to the sync.</p>") if totals else ""
-    return _table(["call site", "kind", "api", "op", "count", "wait (ms)", "drain (ms)"], rows) + note
+            "the blocking call, GPU idle = the idle time while the CPU was blocked there.</p>") if totals else ""
+    return _table(["where", "kind", "blocking api", "op", "count", "wait (ms)", "GPU idle (ms)"], rows) + note
 
 
 def _source_lines(lines) -> str:
@@ -575,10 +595,12 @@ def _source_lines(lines) -> str:
 
 def _allocator_tables(report: dict) -> str:
     a = report.get("allocator") or {}
+    names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
     growth, drops = a.get("reserved_growth") or {}, a.get("reserved_drops") or {}
     rows = [["reserved peak", fmt_bytes(a.get("reserved_peak_bytes"))],
             ["allocated peak", fmt_bytes(a.get("allocated_peak_bytes"))],
-            ["cudaMalloc / cudaFree", f"{_esc(a.get('cuda_malloc'))} / {_esc(a.get('cuda_free'))}"],
+            [f"{names['malloc']} / {names['free']}", f"{_esc(a.get('cuda_malloc'))} / {_esc(a.get('cuda_free'))}"
+                                                      f" ({_esc(a.get('warmup_calls'))} first allocations)"],
             ["allocations (cache hit share)", f"{_esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"],
             ["reserved grew / dropped", f"{_esc(growth.get('count'))}× {fmt_bytes(growth.get('bytes'))} / "
                                         f"{_esc(drops.get('count'))}× {fmt_bytes(drops.get('bytes'))}"],
@@ -587,12 +609,12 @@ def _allocator_tables(report: dict) -> str:
     delta = a.get("memory_stats_delta")
     if delta:
         rows.append(["torch.cuda.memory_stats delta", _esc(", ".join(f"{k} {v}" for k, v in delta.items()))])
-    sites = [[f"<code>{_esc(s.get('call_site'))}</code>", _esc(s.get("op")), _esc(s.get("cuda_malloc")),
+    sites = [[_where(s), _esc(s.get("op")), _esc(s.get("cuda_malloc")),
               _esc(s.get("cuda_free")), f"<span class=num>{ms(s.get('total_us'))}</span>",
               fmt_bytes(s.get("bytes_reserved")), fmt_bytes(s.get("bytes_released"))] for s in a.get("sites") or []]
     return ("<div class=cols><div><h3>Summary</h3>" + _table(["metric", "value"], rows, "kv") + "</div></div>"
-            + "<h3>cudaMalloc / cudaFree call sites</h3>"
-            + _table(["call site", "op", "cudaMalloc", "cudaFree", "call time (ms)", "reserved", "released"], sites))
+            + f"<h3>{names['malloc']} / {names['free']} call sites</h3>"
+            + _table(["where", "op", names["malloc"], names["free"], "call time (ms)", "reserved", "released"], sites))
 
 
 def _footer(report: dict) -> str:
@@ -630,7 +652,7 @@ def _serving_section(report: dict) -> str:
     latency = serving.get("latency")
     parked = [(label, serving.get(key) or {}) for label, key in (("event loop parked", "event_loop_idle"),
                                                                  ("thread hand-offs", "thread_hops"))]
-    if not latency and not any(part.get("count") for _, part in parked):
+    if not serving.get("is_serving", latency or any(part.get("count") for _, part in parked)):
         return ""
     parts = []
     if latency:
