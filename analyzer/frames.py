@@ -43,6 +43,8 @@ _INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
 _STDLIB_PATH = re.compile(r"[/\\]lib[/\\]python3(\.\d+)?[/\\]")
 _GENERATED_PATH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|[/\\]\.triton[/\\]cache[/\\]")
 _TOOL_PATH = re.compile(r"(^|[/\\])analyzer[/\\]capture")
+# The compiled graph itself: Inductor's output module, or an FX GraphModule's generated forward.
+_COMPILED_GRAPH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|^<eval_with_key>")
 # Frames that run on behalf of their enclosing function: time in them belongs to it.
 _INNER_FUNCTIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
 
@@ -93,6 +95,17 @@ def is_inner_function(name: str) -> bool:
     return parsed is not None and parsed[2] in _INNER_FUNCTIONS
 
 
+def describe_compiled(name: str | None) -> str | None:
+    """`call() in clw7y73aesw….py (Inductor output)`: a compiled graph by its module, without the cache path."""
+    parsed = parse_frame(name) if name else None
+    if parsed is None:
+        return None
+    file, _, func = parsed
+    base = re.split(r"[/\\]", file)[-1]
+    what = "FX graph" if file.startswith("<eval_with_key>") else "Inductor output"
+    return f"{func}() in {base[:12] + '…' + base[-3:] if len(base) > 16 else base} ({what})"
+
+
 def describe_frame(name: str | None) -> str | None:
     """`forward() (defined at workloads/qwen2/model.py:56)`: a frame as what it is, a function, not a culprit line."""
     if not name:
@@ -111,7 +124,8 @@ class FrameIndex:
       expressions, comprehensions and lambdas, whose time belongs to the function that runs them;
     - library_frame: the innermost third-party library frame at or above, if it lies inside that user frame
       (a library the user called, not a library that called the user's code);
-    - generated_frame: the innermost frame of generated code (a torch.compile graph) at or above.
+    - generated_frame: the innermost frame of a compiled graph (Inductor's output module, an FX GraphModule) at
+      or above: the torch.compile graph that ran.
     """
 
     def __init__(self, model: TraceModel, user_code: tuple[str, ...] = ()):
@@ -134,7 +148,11 @@ class FrameIndex:
         user_depth = np.where(self.user_frame >= 0, depth[np.maximum(self.user_frame, 0)], -1)
         lib_depth = np.where(library >= 0, depth[np.maximum(library, 0)], -1)
         self.library_frame = np.where((library >= 0) & (lib_depth > user_depth), library, -1)
-        self.generated_frame = _nearest_marked(kind == FrameKind.GENERATED, frames.parent, frames.start_ns)
+        compiled = np.zeros(len(model.names), dtype=bool)
+        for c in codes.tolist():
+            compiled[c] = bool(_COMPILED_GRAPH.search(model.names[c]))
+        self.generated_frame = _nearest_marked(compiled[frames.name] if len(frames) else np.zeros(0, bool),
+                                               frames.parent, frames.start_ns)
 
     def user_frame_of(self, frame_row: int) -> int:
         return int(self.user_frame[frame_row]) if frame_row >= 0 else -1

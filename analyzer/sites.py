@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer.frames import FrameKind, describe_frame
+from analyzer.frames import FrameKind, describe_compiled, describe_frame
 
 KIND_FRAMES, KIND_OTHER_FRAME, KIND_OP, KIND_API, KIND_NONE = range(5)
 _SHIFT = 30
@@ -72,7 +72,7 @@ def describe_site(ctx, key: int, frame_row: int = -1, exact: str | None = None) 
     site = {
         "call_site": exact or describe_frame(call), "call_frame": call, "exact_line": exact is not None,
         "library_site": describe_frame(library), "library_frame": library,
-        "op": op, "compiled_graph": describe_frame(ctx.frames.name(generated)) if generated >= 0 else None,
+        "op": op, "compiled_graph": describe_compiled(ctx.frames.name(generated)) if generated >= 0 else None,
     }
     site["phrase"] = site_phrase(site, other=other, api=api)
     site["label"] = site_label_text(site, other=other, api=api)
@@ -82,13 +82,14 @@ def describe_site(ctx, key: int, frame_row: int = -1, exact: str | None = None) 
 def site_phrase(site: dict, *, other: str | None = None, api: str | None = None) -> str:
     """`at FILE:LINE`, `in f() (defined at ...)`, `in lib() (defined at ...), called from f() (...)`, `in aten::x`."""
     call, library = site.get("call_site"), site.get("library_site")
+    graph = f" (torch.compile graph {site['compiled_graph']})" if site.get("compiled_graph") else ""
     if call and site.get("exact_line"):
         text = f"at {call}"
-        return text + (f" (in {library})" if library else "")
+        return text + (f" (in {library})" if library else "") + graph
     if library and call:
-        return f"in {library}, called from {call}"
+        return f"in {library}, called from {call}{graph}"
     if call or library:
-        return f"in {call or library}"
+        return f"in {call or library}{graph}"
     if site.get("op"):
         return f"in {site['op']} (no Python stack recorded)"
     if other:

@@ -261,7 +261,7 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     return est
 
 
-def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict]) -> str:
+def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict], compiled: bool = False) -> str:
     traits = ctx.traits
     g = traits.graphs
     word = traits.graph_word
@@ -281,6 +281,11 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 "(mode=\"reduce-overhead\" adds CUDA graphs), use fused / foreach optimizer implementations, and "
                 "raise the per-step work (batch size) so kernels outlast their launches.")
     step = traits.step_word
+    if compiled:
+        return (f"The GPU finishes each kernel before the CPU has launched the next, and most of these launches come "
+                f"from a torch.compile graph: its kernels are fused but still launched one by one from Python. "
+                f"Compile with mode=\"reduce-overhead\" to replay the {step} as a {word} (keep its inputs at static "
+                f"addresses), or batch more work per step.")
     advice = (f"The GPU finishes each kernel before Python has launched the next: the {step} is bound by eager "
               f"launch overhead (Python, dispatcher, the launch call). Capture the {step} in a {word} "
               f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
@@ -334,7 +339,8 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
         title=f"GPU idle {share_text(impact, window_us)} of the window waiting for the CPU to launch work "
               f"({gaps} gaps under {long_gap_us / 1e3:g} ms)",
         call_site=top["site"]["call_site"] or top["call_site"], library_site=top["library_site"], impact_us=impact,
-        advice=_launch_advice(ctx, graph, per_step), count=gaps, id="launch_overhead",
+        advice=_launch_advice(ctx, graph, per_step, compiled=bool(top["site"]["compiled_graph"])), count=gaps,
+        id="launch_overhead",
         detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
                 "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},
         occurrences_us=tuple(tuple(o) for o in top["occurrences"]))
