@@ -10,6 +10,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
+from analyzer.render.markdown import numbered
 from analyzer.render.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
@@ -76,9 +77,11 @@ def _header(report: dict, run_id: str) -> html.Header:
     if run.get("created_utc"):
         facts.append(f"captured {format_created(run['created_utc'])}")
     st = s.get("step_time_us")
-    if st:
+    if st and st.get("profiler_dilation") is not None:
         step = [html.B(fmt_us(st.get("unprofiled_p50"))), " unprofiled vs ", html.B(fmt_us(st.get("profiled_p50"))),
                 f" profiled (p50): profiler dilation {st.get('profiler_dilation')}×"]
+    elif st:
+        step = [html.B(fmt_us(st.get("unprofiled_p50"))), f" unprofiled; no profiled match: {st.get('omitted')}"]
     else:
         step = ["unprofiled step time unknown (no meta.json timings); profiled steps in the per-step chart"]
     by_cause = (report.get("gaps") or {}).get("by_cause") or {}
@@ -89,7 +92,7 @@ def _header(report: dict, run_id: str) -> html.Header:
                 f" · busy {fmt_us(s.get('gpu_busy_us'))} · idle {fmt_us(s.get('gpu_idle_us'))} of a "
                 f"{fmt_us(s.get('window_us'))} window · {s.get('steps', 0)} steps"], className="summary"),
         html.P(["Step time: ", *step], className="summary"),
-        html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items()], className="chips"),
+        html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items() if v], className="chips"),
         html.P(s["note"], className="note") if s.get("note") else None,
         *[html.P(f"meta.json: {w}", className="note meta-warning")
           for w in (report.get("source") or {}).get("meta_warnings") or []],
@@ -104,16 +107,26 @@ def _findings_table(findings: list[dict]) -> html.Table | html.P:
     if not findings:
         return html.P("No findings: nothing in this trace explains a significant share of GPU idle time.",
                       className="empty")
-    head = html.Thead(html.Tr([html.Th(h) for h in ("#", "severity", "kind", "finding", "call site", "count",
-                                                    "GPU idle")]))
-    rows = [html.Tr([html.Td(str(i + 1)), html.Td(severity_badge(f["severity"])), html.Td(f["kind"], className="kind"),
-                     html.Td(f["title"]), html.Td(html.Code(f.get("call_site") or "–"), className="call-site"),
+    head = html.Thead(html.Tr([html.Th(h) for h in ("#", "severity", "kind", "finding", "your code → library",
+                                                    "count", "GPU idle")]))
+    numbers = [n for n, _ in numbered(findings)]
+    rows = [html.Tr([html.Td(numbers[i]), html.Td(severity_badge(f["severity"])), html.Td(f["kind"], className="kind"),
+                     html.Td(("↳ " if f.get("parent") else "") + f["title"]), _where_cell(f),
                      html.Td(str(f.get("count", "–")), className="num"),
                      html.Td(fmt_us(f.get("impact_us")), className="num")],
-                    id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0, className="finding-row",
+                    id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0,
+                    className="finding-row child" if f.get("parent") else "finding-row",
                     title="click: zoom the timeline to this finding")
             for i, f in enumerate(findings)]
     return html.Table([head, html.Tbody(rows)], className="findings")
+
+
+def _where_cell(f: dict) -> html.Td:
+    call, lib = f.get("call_site"), f.get("library_site")
+    parts = [html.Code(call)] if call else []
+    if lib:
+        parts += [" → ", html.Code(lib)]
+    return html.Td(parts or "–", className="call-site")
 
 
 def _detail(f: dict, index: int) -> list:
@@ -121,7 +134,8 @@ def _detail(f: dict, index: int) -> list:
     out = [html.H3(f["title"]),
            html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
                    f" · GPU idle {fmt_us(f.get('impact_us'))} · count {f.get('count', '–')}"]),
-           html.P([html.B("call site "), html.Code(f.get("call_site") or "–")])]
+           html.P([html.B("call site "), html.Code(f.get("call_site") or "–")]
+                  + ([html.B(" library "), html.Code(f["library_site"])] if f.get("library_site") else []))]
     if detail.get("context"):
         out += [html.H4("Python frames (innermost first)"), html.Pre("\n".join(map(str, detail["context"])))]
     if detail.get("source_lines"):
