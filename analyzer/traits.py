@@ -11,6 +11,7 @@ from analyzer.trace import TraceModel
 
 _TRAINING_OP = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.(step|zero_grad)#|"
                           r"^torch::autograd::AccumulateGrad$")
+_COMPILED_OP = re.compile(r"^CompiledFunction|^Torch-Compiled Region|^## Call CompiledFxGraph|^CompiledFxGraph")
 _HIP_NAMES = {"cudaMalloc": "hipMalloc", "cudaFree": "hipFree", "cudaStreamSynchronize": "hipStreamSynchronize",
               "cudaDeviceSynchronize": "hipDeviceSynchronize", "cudaLaunchKernel": "hipLaunchKernel",
               "cudaGraphLaunch": "hipGraphLaunch"}
@@ -22,6 +23,7 @@ class TraceTraits:
     hip: bool
     graphs: GraphUse
     decode: bool  # the steps are decode steps (our runtime's annotations, or named so)
+    compiled: bool  # torch.compile graphs ran (AOT autograd's CompiledFunction, Inductor's compiled regions)
 
     @property
     def step_word(self) -> str:
@@ -41,11 +43,13 @@ class TraceTraits:
 
     def as_dict(self) -> dict:
         return {"training": self.training, "runtime": "HIP" if self.hip else "CUDA", "decode": self.decode,
-                "graphs": self.graphs.as_dict()}
+                "compiled": self.compiled, "graphs": self.graphs.as_dict()}
 
 
 def trace_traits(model: TraceModel, graphs: GraphUse, step_names: list[str]) -> TraceTraits:
     op_codes = set(model.ops.name.tolist()) if len(model.ops) else set()
     training = any(_TRAINING_OP.search(model.names[c]) for c in op_codes)
+    compiled = any(_COMPILED_OP.search(model.names[c]) for c in op_codes) or any(
+        "torchinductor_" in model.names[c] for c in (set(model.frames.name.tolist()) if len(model.frames) else ()))
     decode = any(n.startswith("decode") for n in step_names)
-    return TraceTraits(training=training, hip=apis.is_hip(model), graphs=graphs, decode=decode)
+    return TraceTraits(training=training, hip=apis.is_hip(model), graphs=graphs, decode=decode, compiled=compiled)

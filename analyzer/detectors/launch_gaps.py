@@ -276,12 +276,15 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 f"outside the graphs{_where_eager(per_step)}: capture those too (a graph per prefill shape bucket, "
                 f"sampling inside the graph), or take that work off the step's critical path.")
     if traits.training:
+        compile_advice = ("The model already runs torch.compile graphs (CompiledFunction), whose kernels are still "
+                          "launched one by one: mode=\"reduce-overhead\" replays them as CUDA graphs" if traits.compiled
+                          else "torch.compile the model (mode=\"reduce-overhead\" adds CUDA graphs)")
         return ("The GPU finishes each kernel before the CPU has launched the next: the training step is bound by "
-                "eager launch overhead (Python, autograd, dispatcher, the launch call). torch.compile the model "
-                "(mode=\"reduce-overhead\" adds CUDA graphs), use fused / foreach optimizer implementations, and "
-                "raise the per-step work (batch size) so kernels outlast their launches.")
+                f"launch overhead (Python, autograd, dispatcher, the launch call). {compile_advice}; use fused / "
+                "foreach optimizer implementations, and raise the per-step work (batch size) so kernels outlast "
+                "their launches.")
     step = traits.step_word
-    if compiled:
+    if compiled or traits.compiled:
         return (f"The GPU finishes each kernel before the CPU has launched the next, and most of these launches come "
                 f"from a torch.compile graph: its kernels are fused but still launched one by one from Python. "
                 f"Compile with mode=\"reduce-overhead\" to replay the {step} as a {word} (keep its inputs at static "
