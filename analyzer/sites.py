@@ -76,6 +76,8 @@ def describe_site(ctx, key: int, frame_row: int = -1, exact: str | None = None) 
     }
     site["phrase"] = site_phrase(site, other=other, api=api)
     site["label"] = site_label_text(site, other=other, api=api)
+    # for tables: the label names the site; the library beside it only when the label is the user's code
+    site["library_below"] = site["library_site"] if site["call_site"] else None
     return site
 
 

@@ -100,7 +100,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         if entry is None:
             site = describe_site(ctx, key, frame)
             entry = sites[key] = {
-                "call_site": site["label"], "library_site": site["library_site"], "site": site,
+                "call_site": site["label"], "library_site": site["library_below"], "site": site,
                 "cuda_malloc": 0, "cuda_free": 0, "warmup_calls": 0, "total_us": 0.0, "gpu_idle_us": 0.0,
                 "bytes_reserved": 0, "bytes_released": 0, "steps": set(),
                 "op": model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None,
@@ -184,7 +184,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
             advice = ADVICE_GROWTH.format(malloc=names["malloc"], conf=conf)
         findings.append(Finding(
             kind="allocator_churn", severity=severity_for(data["gpu_idle_us"], window_us), title=title,
-            call_site=(top["site"]["call_site"] or top["call_site"]) if top else None,
+            call_site=top["call_site"] if top else None,
             library_site=top["library_site"] if top else None, impact_us=data["gpu_idle_us"],
             count=len(steady), advice=advice, id="allocator",
             detail={"sites": [{k: s[k] for k in ("call_site", "library_site", "cuda_malloc", "cuda_free",

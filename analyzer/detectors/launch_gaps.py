@@ -15,6 +15,7 @@ from analyzer.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
 
 MAX_SITES = 50
+MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
 CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it holds this share of its idle
 
 
@@ -84,7 +85,7 @@ def _sites(ctx: AnalysisContext) -> list[dict]:
         site = describe_site(ctx, int(groups[1, g]), frame)
         out.append({
             "cause": CAUSES[groups[0, g]], "call_site": site["label"], "site": site,
-            "library_site": site["library_site"], "count": int(count[g]), "idle_us": round(float(total[g]), 3),
+            "library_site": site["library_below"], "count": int(count[g]), "idle_us": round(float(total[g]), 3),
             "max_us": round(float(largest[g]), 3), "context": ctx.frames.context(frame),
             "occurrences": [(us(idle.start_ns[i]), us(idle.end_ns[i])) for i in members[:8].tolist()],
         })
@@ -108,7 +109,7 @@ def _top(ctx: AnalysisContext, top_n: int) -> list[dict]:
         out.append({"ts_us": us(idle.start_ns[i]), "dur_us": us(idle.end_ns[i] - idle.start_ns[i]),
                     "cause": CAUSES[idle.cause[i]], "device": int(ctx.gaps.device[idle.gap[i]]),
                     "op": model.names[model.ops.name[outer]] if outer >= 0 else None,
-                    "call_site": site["label"], "library_site": site["library_site"],
+                    "call_site": site["label"], "library_site": site["library_below"],
                     "context": ctx.frames.context(frame),
                     "runtime_call": model.names[rt.name[r]] if r >= 0 else None,
                     "step": steps.names[k] if k >= 0 else None})
@@ -261,7 +262,8 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     return est
 
 
-def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict], compiled: bool = False) -> str:
+def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict], share: float,
+                   compiled: bool = False) -> str:
     traits = ctx.traits
     g = traits.graphs
     word = traits.graph_word
@@ -275,6 +277,9 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 f"whose own gaps are `queued`). These gaps come from the {g.eager_launches} launches made eagerly "
                 f"outside the graphs{_where_eager(per_step)}: capture those too (a graph per prefill shape bucket, "
                 f"sampling inside the graph), or take that work off the step's critical path.")
+    if share < MINOR_SHARE:
+        return (f"Launch gaps are a small share of this window (under {MINOR_SHARE:.0%}): the CPU keeps work queued "
+                f"most of the time. Look at the larger findings first.")
     if traits.training:
         compile_advice = ("The model already runs torch.compile graphs (CompiledFunction), whose kernels are still "
                           "launched one by one: mode=\"reduce-overhead\" replays them as CUDA graphs" if traits.compiled
@@ -332,7 +337,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
         frame = int(rt.frame[r]) if r >= 0 and len(rt) else -1
         site = describe_site(ctx, int(codes[g]), frame)
         worst = members[np.argsort(-idle.duration_ns[members], kind="stable")[:8]]
-        top_sites.append({"call_site": site["label"], "library_site": site["library_site"], "site": site,
+        top_sites.append({"call_site": site["label"], "library_site": site["library_below"], "site": site,
                           "idle_us": round(float(per_site[g]), 3), "count": int(counts[g]),
                           "context": ctx.frames.context(frame),
                           "occurrences": [(us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()]})
@@ -341,26 +346,31 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
         kind="launch_gap", severity=severity_for(impact, window_us),
         title=f"GPU idle {share_text(impact, window_us)} of the window waiting for the CPU to launch work "
               f"({gaps} gaps under {long_gap_us / 1e3:g} ms)",
-        call_site=top["site"]["call_site"] or top["call_site"], library_site=top["library_site"], impact_us=impact,
-        advice=_launch_advice(ctx, graph, per_step, compiled=bool(top["site"]["compiled_graph"])), count=gaps,
+        call_site=top["call_site"], library_site=top["library_site"], impact_us=impact,
+        advice=_launch_advice(ctx, graph, per_step, impact / window_us if window_us else 0.0,
+                              compiled=bool(top["site"]["compiled_graph"])), count=gaps,
         id="launch_overhead",
         detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
                 "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},
         occurrences_us=tuple(tuple(o) for o in top["occurrences"]))
     children = []
-    if len(top_sites) > 1:
+    if len(top_sites) > 1 and impact >= MINOR_SHARE * window_us:
         for k, s in enumerate(top_sites):
             if s["idle_us"] < CHILD_SHARE * impact:
                 continue
             children.append(Finding(
                 kind="launch_gap", severity=severity_for(s["idle_us"], window_us),
                 title=f"of which {share_text(s['idle_us'], impact)} waiting for launches {s['site']['phrase']}",
-                call_site=s["site"]["call_site"] or s["call_site"], library_site=s["library_site"],
+                call_site=s["call_site"], library_site=s["library_site"],
                 impact_us=s["idle_us"], count=s["count"], id=f"launch_overhead.{k}", parent="launch_overhead",
                 advice="The launches from this code keep the GPU waiting most: fuse, batch or graph-capture here first.",
                 detail={"context": s["context"], "site": s["site"]},
                 occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
     return [parent, *children]
+
+
+def fmt_short(value_us: float) -> str:
+    return f"{value_us * 1e3:.0f} ns" if value_us < 1 else f"{value_us:.1f} µs"
 
 
 def share_text(part: float, whole: float) -> str:
@@ -375,7 +385,7 @@ def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: fl
             kind="host_work", severity=severity_for(h["idle_us"], window_us),
             title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) while "
                   f"the CPU ran {h['call_site']}",
-            call_site=h["site"]["call_site"] or h["call_site"], library_site=h["site"]["library_site"],
+            call_site=h["call_site"], library_site=h["site"]["library_below"],
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice="The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
                    "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
@@ -396,7 +406,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
     replayed = ctx.graphs.replayed
     return [Finding(
         kind="queued", severity=severity_for(impact, window_us),
-        title=f"GPU idle between work that was already queued ({n} gaps, mean {impact / n:.1f} µs)",
+        title=f"GPU idle between work that was already queued ({n} gaps, mean {fmt_short(impact / n)})",
         call_site=None, impact_us=impact, count=n, id="queued",
         advice="Nothing on the CPU delayed these: the next work had been launched before the GPU ran dry. They are "
                "the device's own latency between back-to-back kernels" + (" (here mostly between a replayed graph's "

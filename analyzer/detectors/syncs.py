@@ -149,6 +149,7 @@ def _exact_site(ctx: AnalysisContext, key: int, frame: int, lines: list[dict]) -
     site = describe_site(ctx, key, frame, f"{line['file']}:{line['line']}" if line else None)
     if line and line.get("library_file") and site["library_frame"]:
         site["library_site"] = f"{line['library_file']}:{line['library_line']} in {line['library_function']}()"
+        site["library_below"] = site["library_site"]
         site["phrase"] = site_phrase(site)
     return site
 
@@ -189,7 +190,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                                 ctx.frames.name(ctx.frames.library_frame_of(frame)))
             site = _exact_site(ctx, key, frame, lines)
             entry = sites[(key, kind)] = {
-                "call_site": site["label"], "library_site": site["library_site"], "site": site,
+                "call_site": site["label"], "library_site": site["library_below"], "site": site,
                 "frame": site["call_frame"], "kind": kind, "api": api, "apis": defaultdict(int), "op": op_name,
                 "api_detail": api_detail, "copy": copy_name, "count": 0, "wait_us": 0.0, "drain_us": 0.0,
                 "per_step": defaultdict(int), "source_lines": [{"file": s["file"], "line": s["line"],
@@ -223,7 +224,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         findings.append(Finding(
             kind="sync", severity=severity_for(s["drain_us"], window_us),
             title=f"{LABEL[s['kind']]} blocks the CPU {s['count']}x{every} {s['site']['phrase']}",
-            call_site=s["site"]["call_site"] or s["call_site"], library_site=s["library_site"],
+            call_site=s["call_site"], library_site=s["library_site"],
             impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]], id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},

@@ -7,7 +7,7 @@ import gc
 import mmap
 import re
 from collections import Counter
-from itertools import compress, repeat
+from itertools import compress
 from operator import attrgetter
 from os import PathLike
 from pathlib import Path
@@ -21,8 +21,8 @@ from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 from .helper import Helper, available_cpus
 from .parse import (
-    LEGACY_NOTE, MISSING, NO_VALUE, EventArray, NotChunkable, adopt_legacy_events, chunk_json, decode_exact_ts,
-    decode_trace, decoded_chunks, find_event_array, split_after, trace_text,
+    LEGACY_NOTE, MISSING, NO_VALUE, EventArray, NotChunkable, adopt_legacy_events, canonical_category, chunk_json,
+    decode_exact_ts, decode_trace, decoded_chunks, find_event_array, foreign_device, split_after, trace_text,
 )
 
 MODELLED_CATEGORIES = (
@@ -30,6 +30,42 @@ MODELLED_CATEGORIES = (
     "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "overhead", "cpu_instant_event",
 )
 CATEGORY_CODE = {cat: code for code, cat in enumerate(MODELLED_CATEGORIES, start=1)}  # 0: not modelled
+# Older kineto (torch 1.8/1.9) filed record_function ranges, ProfilerStep#N included, as "Operator" like ops: such
+# an event is an annotation when its name is a step's, an op otherwise (as TensorBoard's profiler plugin did).
+LEGACY_OPERATOR = len(MODELLED_CATEGORIES) + 1
+_MAX_FOREIGN = 127
+OTHER_FOREIGN = "(other categories of unsupported devices)"
+
+
+class _CategoryCodes(dict):
+    """Category as written in the trace -> code: > 0 a modelled category (matched case-insensitively, older names
+    mapped), < 0 activity of a device that is neither CUDA nor HIP (-1 - index into `foreign`), 0 the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self[None] = 0  # the lenient decoder's events without a (string) category
+        self.foreign: list[str] = []
+
+    def __missing__(self, cat) -> int:
+        if type(cat) is not str:
+            return 0
+        canonical = canonical_category(cat)
+        code = CATEGORY_CODE.get(canonical, 0)
+        if canonical == "cpu_op" and cat.strip().lower() == "operator":
+            code = LEGACY_OPERATOR
+        if not code and foreign_device(canonical):
+            if canonical not in self.foreign and len(self.foreign) < _MAX_FOREIGN:
+                self.foreign.append(canonical)
+            code = -1 - (self.foreign.index(canonical) if canonical in self.foreign else _MAX_FOREIGN)
+        if len(self) < 100_000:  # a file with ever new categories must not grow this without bound
+            self[cat] = code
+        return code
+
+    def foreign_name(self, code: int) -> str:
+        return self.foreign[-1 - code] if -1 - code < len(self.foreign) else OTHER_FOREIGN
+
+
+CATEGORY_CODES = _CategoryCodes()
 GPU_KINDS = {"kernel": GpuKind.KERNEL, "gpu_memcpy": GpuKind.MEMCPY, "gpu_memset": GpuKind.MEMSET, "cuda_sync": GpuKind.SYNC}
 MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")
 STEP_NAME = re.compile(r"^(\w+)#(\d+)$|^prefill$")
@@ -45,9 +81,18 @@ _ARGS_BY_CATEGORY = tuple(
 )
 _ARGS_COLUMNS = {field: field for field in ("external_id", "correlation", "cbid", "python_id", "python_parent_id")}
 _ARGS_COLUMNS["nbytes"] = "bytes"
+_ARGS_KEYS = {"external_id": "External id", "correlation": "correlation", "cbid": "cbid", "python_id": "Python id",
+              "python_parent_id": "Python parent id", "nbytes": "bytes", "total_allocated": "Total Allocated",
+              "total_reserved": "Total Reserved", "device_type": "Device Type", "device_id": "Device Id",
+              "addr": "Addr"}
+_THREAD_COLUMNS = ("pid", "tid", "memory_pid", "memory_tid")
 _MEMORY_COLUMNS = tuple(f"memory_{field}" for field in ("pid", "tid", *_MEMORY_ARGS))
 _GPU_CODES = [CATEGORY_CODE[c] for c in GPU_KINDS]
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
+NOTE_LAUNCHED_BEFORE_WINDOW = ("gpu: rows launched before the profiling window began (correlation id below every "
+                               "recorded runtime call's)")
+WARNING_LAUNCH_MISSING = ("gpu: rows launched inside the profiling window with no runtime call of their "
+                          "correlation id in the trace")
 Progress = Callable[[int, int], None]
 
 
@@ -82,14 +127,15 @@ def parse_trace(path: Path, progress: Progress | None = None) -> TraceModel:
 
 def _read_whole(text: bytes | mmap.mmap, path: Path) -> tuple[_Builder, dict]:
     """Decode all events at once: files the chunked reader leaves alone (lenient types, repairs, errors)."""
-    events, metadata, lenient, text, notes = decode_trace(text, path)
+    events, metadata, lenient, text, problems, notes = decode_trace(text, path)
     if not events:
         raise TraceError(f"{path}: trace has no events")
-    columns = EventColumns(lenient=lenient, whole_file=True)
+    columns = EventColumns(lenient=lenient)
     columns.add(events)
     del events
     builder = _Builder(columns)
-    builder.warnings.update(notes)
+    builder.warnings.update(problems)
+    builder.notes.update(notes)
     if builder.lost_precision:
         ts = decode_exact_ts(text)
         builder.use_exact_ts([ts[i] for i in builder.slice_rows.tolist()],
@@ -103,7 +149,7 @@ def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | No
     array = find_event_array(text)
     if array is None:
         return None
-    columns = EventColumns(lenient=False, whole_file=False)
+    columns = EventColumns(lenient=False)
     own, helper = _share_with_helper(text, path, array)
     try:
         spans, legacy = read_events(text, own, columns, _scaled(progress, own, array))
@@ -122,7 +168,7 @@ def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | No
         raise TraceError(f"{path}: trace has no events")
     builder = _Builder(columns)
     if legacy:
-        builder.warnings[LEGACY_NOTE] += legacy
+        builder.notes[LEGACY_NOTE] += legacy
     if builder.lost_precision:
         builder.use_exact_ts(*_exact_ts_in_chunks(text, spans, builder))
     return builder, array.metadata
@@ -200,30 +246,37 @@ def _take(events: Sequence, rows: np.ndarray) -> list:
 class EventColumns:
     """The modelled events' fields as numpy columns, read a batch of decoded events at a time, in file order.
 
-    A batch's fields are read while its Structs are fresh in the CPU caches. Batches of a file read in chunks
-    (whole_file=False) must convert on their own: a pid, tid or stream that is not an integer raises
-    NotChunkable, since string ids are numbered in order of appearance over the whole column.
+    A batch's fields are read while its Structs are fresh in the CPU caches. Every batch converts on its own, so a
+    file read in chunks (and partly in a helper process) gives the columns reading it whole gives; string
+    pids/tids get provisional ids here, renumbered by name when the model is built.
     """
 
-    def __init__(self, *, lenient: bool, whole_file: bool) -> None:
-        self.lenient, self.whole_file = lenient, whole_file
+    def __init__(self, *, lenient: bool) -> None:
+        self.lenient = lenient
         self.strings = StringTable()
         self.threads = ThreadIds()
         self.events = 0
+        self.foreign: Counter[str] = Counter()  # category of a device neither CUDA nor HIP -> events
+        self.problems: Counter[str] = Counter()  # odd values read as missing: reason -> count
         self._parts: dict[str, list[np.ndarray]] = {}
 
     def add(self, events: list) -> None:
         categories = np.fromiter(
-            map(CATEGORY_CODE.get, map(attrgetter("cat"), events), repeat(0)), dtype=np.int8, count=len(events)
+            map(CATEGORY_CODES.__getitem__, map(attrgetter("cat"), events)), dtype=np.int8, count=len(events)
         )
+        if categories.min(initial=0) < 0:
+            self._count_foreign(categories)
         is_slice = (categories > 0) & (categories != CATEGORY_CODE["cpu_instant_event"])
         slices = list(compress(events, is_slice.tolist()))
         category = categories[is_slice]
+        if categories.max(initial=0) == LEGACY_OPERATOR:
+            self._legacy_operators(slices, category)
         instant_rows = np.flatnonzero(categories == CATEGORY_CODE["cpu_instant_event"])
         instants = _take(events, instant_rows)
         is_memory = [e.name in MEMORY_EVENTS for e in instants]
         memory_events = list(compress(instants, is_memory))
         pid, tid = self._thread_ids(slices, "pid"), self._thread_ids(slices, "tid")
+        bad_names = [] if self.lenient else None
         self._append(
             slice_rows=np.flatnonzero(is_slice) + self.events,
             category=category,
@@ -231,15 +284,28 @@ class EventColumns:
             dur_us=microseconds(slices, attrgetter("dur"), lenient=self.lenient),
             pid=pid,
             tid=tid,
-            name=self.strings.codes(slices, attrgetter("name"), lenient=self.lenient),
+            name=self.strings.codes(slices, attrgetter("name"), lenient=self.lenient, bad=bad_names),
             stream=self._streams(slices, category),
             memory_rows=instant_rows[np.array(is_memory, dtype=bool)] + self.events,
             memory_us=microseconds(memory_events, attrgetter("ts"), lenient=self.lenient),
             memory_is_oom=np.array([e.name == "[OutOfMemory]" for e in memory_events], dtype=bool),
         )
+        if bad_names and bad_names[0]:
+            self.problems["events: name not a string, read as empty"] += bad_names[0]
         self._append(**self._args_by_category(slices, category))
         self._append(**self._memory_columns(memory_events))
         self.events += len(events)
+
+    @staticmethod
+    def _legacy_operators(slices: list, category: np.ndarray) -> None:
+        rows = category == LEGACY_OPERATOR
+        is_step = [type(e.name) is str and bool(STEP_NAME.match(e.name)) for e in compress(slices, rows.tolist())]
+        category[rows] = np.where(is_step, CATEGORY_CODE["user_annotation"], CATEGORY_CODE["cpu_op"])
+
+    def _count_foreign(self, categories: np.ndarray) -> None:
+        codes, counts = np.unique(categories[categories < 0], return_counts=True)
+        for code, count in zip(codes.tolist(), counts.tolist()):
+            self.foreign[CATEGORY_CODES.foreign_name(code)] += count
 
     def _args_by_category(self, slices: list, category: np.ndarray) -> dict[str, np.ndarray]:
         """The args columns, each read only for the categories whose tables use it (MISSING in other rows)."""
@@ -248,54 +314,69 @@ class EventColumns:
             rows = np.isin(category, codes)
             args = list(map(attrgetter("args"), compress(slices, rows.tolist())))
             for field in fields:
-                columns[_ARGS_COLUMNS[field]][rows] = ints(args, attrgetter(field), lenient=self.lenient)
+                bad: list[np.ndarray] = []
+                values = ints(args, attrgetter(field), lenient=self.lenient, bad=bad)
+                if bad:
+                    self._count_odd(bad[0], category[rows], f"args.{_ARGS_KEYS[field]}")
+                if field == "external_id":  # torch 1.8/1.9 wrote "external id" on runtime and GPU events
+                    missing = values == MISSING
+                    if missing.any():
+                        bad = []
+                        values[missing] = ints(list(compress(args, missing.tolist())),
+                                               attrgetter("external_id_lower"), lenient=self.lenient, bad=bad)
+                        if bad:
+                            self._count_odd(bad[0], category[rows][missing], "args.external id")
+                columns[_ARGS_COLUMNS[field]][rows] = values
         return columns
+
+    def _count_odd(self, odd: np.ndarray, category: np.ndarray, key: str) -> None:
+        """Count values that are there but not integers (read as missing), by category."""
+        codes, counts = np.unique(category[odd], return_counts=True)
+        for code, count in zip(codes.tolist(), counts.tolist()):
+            self.problems[f"{MODELLED_CATEGORIES[code - 1]}: {key} not an integer, read as missing"] += count
 
     def _memory_columns(self, events: list) -> dict[str, np.ndarray]:
         args = list(map(attrgetter("args"), events))
         columns = {"memory_pid": self._thread_ids(events, "pid"), "memory_tid": self._thread_ids(events, "tid")}
         for field in _MEMORY_ARGS:
-            columns[f"memory_{field}"] = ints(args, attrgetter(field), lenient=self.lenient, missing=NO_VALUE)
+            bad: list[np.ndarray] = []
+            columns[f"memory_{field}"] = ints(args, attrgetter(field), lenient=self.lenient, missing=NO_VALUE, bad=bad)
+            if bad and field != "alloc_bytes":  # a Bytes that is not an integer skips the event, counted then
+                self.problems[f"[memory]: args.{_ARGS_KEYS[field]} not an integer, read as missing"] += int(
+                    bad[0].sum())
         return columns
 
     def _streams(self, slices: list, category: np.ndarray) -> np.ndarray:
-        """args.stream of GPU slices (NO_VALUE in other rows)."""
+        """args.stream of GPU slices (NO_VALUE in other rows, and where it is not an integer)."""
         is_gpu = np.isin(category, _GPU_CODES)
         gpu_slices = list(compress(slices, is_gpu.tolist()))
         stream = np.full(len(slices), NO_VALUE)
-        get = attrgetter("args.stream")
-        if self.whole_file:
-            stream[is_gpu] = ints(gpu_slices, get, lenient=self.lenient, missing=NO_VALUE)
-        else:
-            stream[is_gpu] = self._integers(gpu_slices, get)
+        stream[is_gpu] = ints(gpu_slices, attrgetter("args.stream"), lenient=self.lenient, missing=NO_VALUE)
         return stream
 
     def _thread_ids(self, rows: Sequence, field: str) -> np.ndarray:
-        if self.whole_file:
-            return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
-        return self._integers(rows, attrgetter(field))
-
-    @staticmethod
-    def _integers(rows: Sequence, get) -> np.ndarray:
-        try:
-            return np.fromiter(map(get, rows), dtype=np.int64, count=len(rows))
-        except (TypeError, ValueError, OverflowError):
-            raise NotChunkable from None
+        return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
 
     def export(self) -> dict:
         """All columns, the name table and the event count, for extend() in another process."""
         exported = {name: self.column(name) for name in list(self._parts)}
-        return dict(exported, names=self.strings.strings(), events=self.events)
+        return dict(exported, names=self.strings.strings(), events=self.events, thread_names=self.threads.export(),
+                    foreign=dict(self.foreign), problems=dict(self.problems))
 
     def extend(self, exported: dict) -> None:
         """Append the columns another EventColumns exported: the events that follow this one's in the file."""
         exported = dict(exported)
         codes = self.strings.codes(exported.pop("names"), _same, lenient=False)
+        thread_names = exported.pop("thread_names")
+        self.foreign.update(exported.pop("foreign"))
+        self.problems.update(exported.pop("problems"))
         for name, values in exported.items():
             if name in ("slice_rows", "memory_rows"):
                 values = values + self.events
             elif name == "name":
                 values = codes[values]
+            elif name in _THREAD_COLUMNS:
+                values = self.threads.adopt(thread_names, values)
             if name != "events":
                 self._append(**{name: values})
         self.events += exported["events"]
@@ -315,9 +396,9 @@ class _Builder:
 
     def __init__(self, columns: EventColumns) -> None:
         self.lenient = columns.lenient
-        self.warnings: Counter[str] = Counter()
-        if columns.lenient:
-            self.warnings["decoded with lenient types (odd values or unknown categories)"] += 1
+        self.warnings: Counter[str] = Counter(columns.problems)  # what is wrong in the trace
+        self.notes: Counter[str] = Counter()  # what is worth knowing but not wrong
+        self.foreign = columns.foreign
         self.strings, self.threads = columns.strings, columns.threads
         self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
         self.category = columns.column("category")
@@ -330,16 +411,20 @@ class _Builder:
         self.pid, self.tid, self.external_id, self.correlation, self.cbid, self.bytes = map(
             columns.column, ("pid", "tid", "external_id", "correlation", "cbid", "bytes")
         )
+        self.pid, self.tid = self.threads.canonical(self.pid), self.threads.canonical(self.tid)
         self.name = columns.column("name")
         self.python_id, self.python_parent_id = columns.column("python_id"), columns.column("python_parent_id")
         self.stream = columns.column("stream")
         self.memory_columns = {name: columns.column(name) for name in (*_MEMORY_COLUMNS, "memory_is_oom")}
+        for name in ("memory_pid", "memory_tid"):
+            self.memory_columns[name] = self.threads.canonical(self.memory_columns[name])
 
     def use_exact_ts(self, slice_ts: list, memory_ts: list) -> None:
         """Replace ts read through doubles by ts decoded exactly (epoch-based µs with ns digits)."""
         self.start, self.has_start = exact_ns(slice_ts)
         self.memory_ts, self.memory_has_ts = exact_ns(memory_ts)
         self._set_end()
+
     def _set_end(self) -> None:
         """end = start + dur; a dur whose end would not fit in int64 ns is invalid, not a wrapped-around end."""
         overflow = (self.duration > 0) & (self.start > np.iinfo(np.int64).max - self.duration)
@@ -431,7 +516,8 @@ class _Builder:
             ops=Ops(**ops), frames=Frames(**frames), runtime=Runtime(**runtime), gpu=Gpu(**gpu),
             gpu_annotations=GpuAnnotations(**gpu_annotations), memory=Memory(**memory),
             overhead=Overhead(**overhead), steps=Steps(**steps),
-            warnings=dict(self.warnings), synthetic_ids=self.threads.names(),
+            warnings=dict(self.warnings), synthetic_ids=self.threads.names(), notes=dict(self.notes),
+            foreign_activity=dict(sorted(self.foreign.items())),
         )
 
     def _join_threads(self, ops: dict, frames: dict, runtime: dict, memory: dict) -> None:
@@ -474,8 +560,33 @@ class _Builder:
             if len(runtime["name"]) else np.zeros(len(launch), bool)
         if repeated := joins.repeated_count(np.where(by_graph, -1, gpu["correlation"])):
             self.warnings["gpu: rows sharing a correlation id (one launch, several GPU rows)"] += repeated
-        if unlaunched := int(((gpu["correlation"] >= 0) & (gpu["launch"] < 0)).sum()):
-            self.warnings["gpu: no runtime call with its correlation id"] += unlaunched
+        unlaunched = (gpu["correlation"] >= 0) & (gpu["launch"] < 0)
+        if unlaunched.any():
+            self._unlaunched(unlaunched, runtime, gpu)
+
+    def _unlaunched(self, unlaunched: np.ndarray, runtime: dict, gpu: dict) -> None:
+        """Count GPU rows whose correlation id no runtime call in the trace has, by why.
+
+        Correlation ids grow with every call. GPU work launched before the profiling window began still runs
+        inside it when the GPU was behind (its queue full): its ids lie below every recorded call's. Work launched
+        by an unsupported device type's runtime calls (xpu_runtime, ...) has no CUDA/HIP call to join. Otherwise
+        the call should be in the trace: it is missing.
+        """
+        calls = runtime["correlation"][runtime["correlation"] >= 0]
+        before = unlaunched & (gpu["correlation"] < calls.min()) if len(calls) else np.zeros_like(unlaunched)
+        if count := int(before.sum()):
+            self.notes[NOTE_LAUNCHED_BEFORE_WINDOW] += count
+        rest = unlaunched & ~before
+        if not (count := int(rest.sum())):
+            return
+        foreign_calls = sorted(c for c in self.foreign if c.endswith(("_runtime", "_driver")))
+        if not len(calls) and foreign_calls:
+            self.notes[f"gpu: rows launched by calls the model does not read ({', '.join(foreign_calls)})"] += count
+        elif not len(calls):
+            self.warnings["gpu: rows launched by runtime calls that are all missing (the trace has no "
+                          "cuda_runtime or cuda_driver events)"] += count
+        else:
+            self.warnings[WARNING_LAUNCH_MISSING] += count
 
     def _steps(self, ops: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
         annotation_codes = np.unique(ops["name"][ops["is_annotation"]])

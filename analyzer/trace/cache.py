@@ -18,7 +18,7 @@ import numpy as np
 
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
-FORMAT = 2
+FORMAT = 3  # 3: notes, foreign_activity; old categories read, synthetic ids by name
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
           "memory": Memory, "overhead": Overhead, "steps": Steps}
@@ -53,7 +53,8 @@ def load_cached(trace: Path) -> TraceModel | None:
                        for f in dataclasses.fields(cls)}
             tables[table] = cls(**columns)
         return TraceModel(path=str(trace), metadata=manifest["metadata"], names=names, **tables,
-                          warnings=manifest["warnings"],
+                          warnings=manifest["warnings"], notes=manifest["notes"],
+                          foreign_activity=manifest["foreign_activity"],
                           synthetic_ids={int(k): v for k, v in manifest["synthetic_ids"].items()})
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -74,6 +75,7 @@ def save_cached(trace: Path, model: TraceModel) -> bool:
                 np.save(staging / f"{table}.{f.name}.npy", np.ascontiguousarray(getattr(t, f.name)))
         (staging / "names.json").write_text(json.dumps(list(model.names)))
         manifest = {"key": fingerprint(trace), "metadata": model.metadata, "warnings": model.warnings,
+                    "notes": model.notes, "foreign_activity": model.foreign_activity,
                     "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()}}
         (staging / "manifest.json").write_text(json.dumps(manifest, default=str))
         if folder.exists():

@@ -26,6 +26,11 @@ def _as_int(value: Any, missing: int | None) -> int | None:
         return value if -(2**63) <= value < 2**63 else missing
     if type(value) is float and value.is_integer() and abs(value) < 2**63:
         return int(value)
+    if type(value) is str:  # a decimal string ("128", as ROCm writes bytes): what np.fromiter accepts too
+        try:
+            return _as_int(int(value), missing)
+        except ValueError:
+            return missing
     return missing
 
 
@@ -35,8 +40,13 @@ def _as_float(value: Any) -> float:
     return math.nan
 
 
-def ints(rows: Sequence, get: Getter, *, lenient: bool, missing: int = MISSING) -> np.ndarray:
-    """int64 column; in lenient rows, anything but an integral number becomes `missing`."""
+def ints(rows: Sequence, get: Getter, *, lenient: bool, missing: int = MISSING,
+         bad: list | None = None) -> np.ndarray:
+    """int64 column; anything but an integral number (or a decimal string) becomes `missing`.
+
+    With `bad` given, a bool mask of the values that were present (not null) but not integers is appended to it
+    whenever there were any (only possible when the one-pass conversion failed).
+    """
     if not lenient:
         try:
             return np.fromiter(map(get, rows), dtype=np.int64, count=len(rows))
@@ -46,9 +56,15 @@ def ints(rows: Sequence, get: Getter, *, lenient: bool, missing: int = MISSING) 
             values = np.fromiter(map(get, rows), dtype=np.float64, count=len(rows))
         except (TypeError, ValueError):
             values = None
-        if values is not None and not (np.abs(values) >= 2**53).any():
+        if values is not None and not (np.abs(values) >= 2**53).any() and not (values % 1 > 0).any():
             return np.where(np.isnan(values), missing, values).astype(np.int64)
-    return np.array([_as_int(v, missing) for v in map(get, rows)], dtype=np.int64)
+    raw = list(map(get, rows))
+    column = np.array([_as_int(v, missing) for v in raw], dtype=np.int64)
+    if bad is not None:
+        odd = np.array([v is not None and _as_int(v, None) is None for v in raw], dtype=bool)
+        if odd.any():
+            bad.append(odd)
+    return column
 
 
 def microseconds(rows: Sequence, get: Getter, *, lenient: bool) -> np.ndarray:
@@ -95,7 +111,12 @@ def exact_ns(values: Sequence) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ThreadIds:
-    """Maps the string pids/tids kineto writes ("Spans", "Traces", "") to negative synthetic ints."""
+    """Maps the string pids/tids kineto writes ("Spans", "Traces", "", "stream 7") to negative synthetic ints;
+    decimal strings ("3004819264", as torch 1.8 wrote tids) read as the integer.
+
+    Ids are handed out in order of first appearance while reading; `canonical()` renumbers them by name, so that
+    the final ids do not depend on how the file was split for reading.
+    """
 
     def __init__(self) -> None:
         self.by_name: dict[str, int] = {}
@@ -117,8 +138,36 @@ class ThreadIds:
             self.by_name[key] = SYNTHETIC_ID_BASE - len(self.by_name)
         return self.by_name[key]
 
+    def export(self) -> list[str]:
+        """The names, in the order of their provisional ids."""
+        return list(self.by_name)
+
+    def adopt(self, names: list[str], column: np.ndarray) -> np.ndarray:
+        """Another ThreadIds' column (its provisional ids named by its export()) in this one's provisional ids."""
+        if not names:
+            return column
+        ours = np.array([self._id(name) for name in names], dtype=np.int64)
+        return _renumber(column, ours)
+
+    def canonical(self, column: np.ndarray) -> np.ndarray:
+        """The column with provisional ids replaced by the final ones (ordered by name)."""
+        if not self.by_name:
+            return column
+        rank = {name: i for i, name in enumerate(sorted(self.by_name))}
+        return _renumber(column, np.array([SYNTHETIC_ID_BASE - rank[name] for name in self.by_name], dtype=np.int64))
+
     def names(self) -> dict[int, str]:
-        return {number: name for name, number in self.by_name.items()}
+        """Final id -> name."""
+        return {SYNTHETIC_ID_BASE - i: name for i, name in enumerate(sorted(self.by_name))}
+
+
+def _renumber(column: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
+    """The column with provisional id SYNTHETIC_ID_BASE - k replaced by new_ids[k]."""
+    k = SYNTHETIC_ID_BASE - column
+    provisional = (k >= 0) & (k < len(new_ids))
+    if not provisional.any():
+        return column
+    return np.where(provisional, new_ids[np.where(provisional, k, 0)], column)
 
 
 class _Codes(dict):
@@ -133,9 +182,14 @@ class StringTable:
     def __init__(self) -> None:
         self._codes = _Codes()
 
-    def codes(self, rows: Sequence, get: Getter, *, lenient: bool) -> np.ndarray:
+    def codes(self, rows: Sequence, get: Getter, *, lenient: bool, bad: list | None = None) -> np.ndarray:
+        """Codes of the names; in lenient rows anything but a string reads as "" (with `bad` given, the number
+        of such values that were present, not null, is appended to it)."""
         names = map(get, rows)
         if lenient:
+            names = list(names)
+            if bad is not None:
+                bad.append(sum(1 for name in names if type(name) is not str and name is not None))
             names = (name if type(name) is str else "" for name in names)
         return np.fromiter(map(self._codes.__getitem__, names), dtype=np.int32, count=len(rows))
 

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     with trace_text(Path(trace)) as text:
         if not isinstance(text, mmap.mmap) or len(text) != int(text_length):
             return 1  # not the file the main process is reading
-        columns = EventColumns(lenient=False, whole_file=False)
+        columns = EventColumns(lenient=False)
         try:
             spans, legacy = read_events(text, EventArray(int(start), int(end), {}, bare=bare == "1"), columns)
             result = {"columns": columns.export(), "spans": spans, "legacy": legacy}

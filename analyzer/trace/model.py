@@ -158,8 +158,14 @@ class TraceModel:
     memory: Memory
     overhead: Overhead
     steps: Steps
-    warnings: dict[str, int] = field(default_factory=dict)  # reason -> count (skipped rows, duplicates)
+    # What is wrong in the trace: reason -> count (skipped rows, odd values, duplicates, missing launch calls).
+    warnings: dict[str, int] = field(default_factory=dict)
     synthetic_ids: dict[int, str] = field(default_factory=dict)  # negative pid/tid -> the string in the trace
+    # What is worth knowing but not wrong: reason -> count (GPU work launched before the window began, the legacy
+    # exporter's layout, the slower lenient decode).
+    notes: dict[str, int] = field(default_factory=dict)
+    # Activity of devices that are neither CUDA nor HIP GPUs: category (lower case, e.g. "mtia_runtime") -> events.
+    foreign_activity: dict[str, int] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         tables = ("ops", "frames", "runtime", "gpu", "gpu_annotations", "memory", "overhead", "steps")
@@ -176,6 +182,12 @@ class TraceModel:
             chain.append(names[codes[row]])
             row = int(parents[row])
         return chain
+
+    @property
+    def foreign_device_types(self) -> tuple[str, ...]:
+        """The device types behind foreign_activity ("MTIA", "XPU", "HPU", "Glow", "PrivateUse1"), sorted."""
+        from .parse import foreign_device
+        return tuple(sorted({foreign_device(c) or "unknown" for c in self.foreign_activity}))
 
     def gpu_window(self) -> tuple[int, int] | None:
         """(first GPU activity start, last GPU activity end) in ns, or None on a CPU-only trace."""

@@ -28,17 +28,52 @@ GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 _BLANK = re.compile(rb"\s*\Z")
 
-# Every category kineto's ActivityType knows, plus the flow and span ones. Literal
-# values decode without allocating a string; an unknown one sends the whole file
-# down the lenient path, which is slower but accepts anything.
+# Every category kineto's ActivityType knows, the flow and span ones, and the spellings of older kineto (torch
+# 1.8/1.9: "Operator", "Runtime", "Kernel", ...; 2021: "gpu_user_Annotation"). Literal values decode without
+# allocating a string. A file with a category not listed here is decoded again with the category as a plain string
+# (still typed, a little slower); only odd values send it down the lenient path.
 KnownCategory = Literal[
     "", "cpu_op", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset",
     "kernel", "external_correlation", "cuda_runtime", "cuda_driver", "cpu_instant_event",
     "python_function", "overhead", "cuda_sync", "cuda_profiler_range", "mtia_runtime",
-    "mtia_ccp_events", "mtia_insight", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver",
+    "mtia_ccp_events", "mtia_insight", "mtia_counters", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver",
     "collective_comm", "gpu_pm_counter", "privateuse1_runtime", "privateuse1_driver",
     "ac2g", "fwdbwd", "Trace",
+    "Operator", "Runtime", "Driver", "Kernel", "Memcpy", "Memset", "Python", "User annotation",
+    "gpu_user_Annotation",
 ]
+
+# Older kineto's category names, lower-cased, -> today's. Categories are matched case-insensitively.
+CATEGORY_ALIASES = {
+    "operator": "cpu_op",
+    "runtime": "cuda_runtime",
+    "driver": "cuda_driver",
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "python": "python_function",
+    "user annotation": "user_annotation",
+}
+# Activity of devices other than CUDA and HIP GPUs (which kineto files under the CUDA names), by category prefix.
+FOREIGN_DEVICE_PREFIXES = {
+    "mtia_": "MTIA", "glow_": "Glow", "xpu_": "XPU", "hpu_": "HPU", "privateuse1_": "PrivateUse1",
+}
+
+
+def canonical_category(cat: str) -> str:
+    """Today's name of a category: lower-cased, older spellings mapped ("Kernel" -> "kernel", "Runtime" ->
+    "cuda_runtime", "Operator" -> "cpu_op")."""
+    lower = cat.strip().lower()
+    return CATEGORY_ALIASES.get(lower, lower)
+
+
+def foreign_device(category: str) -> str | None:
+    """The device type ("MTIA", "XPU", ...) whose activity a (canonical) category records; None for the rest."""
+    for prefix, device in FOREIGN_DEVICE_PREFIXES.items():
+        if category.startswith(prefix):
+            return device
+    return None
+
+
 Id = Union[int, str]
 Number = Union[int, float]
 
@@ -54,6 +89,7 @@ def _arg(key: str, default: Any = MISSING) -> Any:
 # go to numpy with np.fromiter in one C pass.
 class Args(msgspec.Struct, gc=False, frozen=True):
     external_id: int = _arg("External id")
+    external_id_lower: int = _arg("external id")  # torch 1.8/1.9 runtime and GPU events
     correlation: int = _arg("correlation")
     python_id: int = _arg("Python id")
     python_parent_id: Optional[int] = _arg("Python parent id")  # null at the root frame
@@ -63,7 +99,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     device_type: int = _arg("Device Type")
     device_id: int = _arg("Device Id")
     addr: int = _arg("Addr")
-    nbytes: int = _arg("bytes")
+    nbytes: Id = _arg("bytes")  # ROCm runtime calls write it as a decimal string ("128")
     stream: Id = _arg("stream", NO_VALUE)  # ROCm runtime events write it as a hex string
     cbid: int = _arg("cbid")
 
@@ -93,6 +129,29 @@ class LegacyInstant(Complete, tag="I"):
     pass
 
 
+class AnyCategoryComplete(_Phase, tag="X"):
+    """Complete with the category as any string: for files with a category KnownCategory does not list."""
+
+    cat: str = ""
+    name: str = ""
+    pid: Id = ""
+    tid: Id = ""
+    ts: Number = math.nan
+    dur: Number = math.nan
+    args: Args = NO_ARGS
+
+
+class AnyCategoryInstant(AnyCategoryComplete, tag="i"):
+    pass
+
+
+class AnyCategoryLegacyInstant(AnyCategoryComplete, tag="I"):
+    pass
+
+
+COMPLETE_TYPES = (Complete, AnyCategoryComplete)
+
+
 class _Skipped(_Phase):
     """Flows, metadata and the rest: every key is skipped. The class-level (not decoded)
     category lets one attrgetter("cat") pass over all events tell what to keep."""
@@ -103,10 +162,12 @@ class _Skipped(_Phase):
 _SKIPPED_PHASES = ("s", "f", "t", "M", "B", "E", "C", "b", "e", "n", "P", "O", "N", "D", "R", "c")
 _SKIPPED = tuple(msgspec.defstruct(f"Skipped_{ph}", [], bases=(_Skipped,), tag=ph) for ph in _SKIPPED_PHASES)
 Event = Union[(Complete, Instant, LegacyInstant, *_SKIPPED)]
+AnyCategoryEvent = Union[(AnyCategoryComplete, AnyCategoryInstant, AnyCategoryLegacyInstant, *_SKIPPED)]
 
 
 class LenientArgs(msgspec.Struct, gc=False, frozen=True):
     external_id: Any = _arg("External id", None)
+    external_id_lower: Any = _arg("external id", None)
     correlation: Any = _arg("correlation", None)
     python_id: Any = _arg("Python id", None)
     python_parent_id: Any = _arg("Python parent id", None)
@@ -157,6 +218,7 @@ def _trace_struct(event_type: type) -> type:
 
 
 _STRICT = msgspec.json.Decoder(Union[_trace_struct(Event), list[Event]])
+_STRICT_ANY_CATEGORY = msgspec.json.Decoder(Union[_trace_struct(AnyCategoryEvent), list[AnyCategoryEvent]])
 _LENIENT = msgspec.json.Decoder(Union[_trace_struct(_LenientItem), list[_LenientItem]])
 
 
@@ -220,9 +282,15 @@ def decode(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, Any], b
     return decode_trace(data, path)[:3]
 
 
-def decode_trace(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, Any], bool, bytes | mmap.mmap, Counter]:
-    """decode(), plus the text actually decoded (names with unescaped quotes repaired, if that was needed) and
-    counts of what was skipped or repaired on the way (reason -> count)."""
+REPAIRED_WARNING = "event names with unescaped double quotes, repaired (pytorch#146900)"
+
+
+def decode_trace(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, Any], bool, bytes | mmap.mmap,
+                                                                 Counter, Counter]:
+    """decode(), plus the text actually decoded (names with unescaped quotes repaired, if that was needed), counts
+    of what was wrong in the file and skipped or repaired on the way (reason -> count), and counts of what was
+    read in an older but valid way (notes: reason -> count)."""
+    problems: Counter[str] = Counter()
     notes: Counter[str] = Counter()
     try:
         top, lenient = _decode_top(data, path)
@@ -235,33 +303,44 @@ def decode_trace(data: bytes | mmap.mmap, path: Path) -> tuple[list, dict[str, A
         except msgspec.DecodeError:  # still broken: say where the original text first broke
             raise TraceError(_json_error(path, data, error)) from None
         data = repaired_text
-        notes["event names with unescaped double quotes, repaired (pytorch#146900)"] += repaired
+        problems[REPAIRED_WARNING] += repaired
     events = top if isinstance(top, list) else top.traceEvents
     if lenient:
+        notes[LENIENT_NOTE] += 1
         junk = sum(1 for event in events if type(event) is not LenientEvent)
         if junk:
-            notes["events: not a JSON object, skipped"] += junk
+            problems["events: not a JSON object, skipped"] += junk
             events = [event for event in events if type(event) is LenientEvent]
-        unknown_phase = 0
+        unknown_phase = bad_args = bad_category = 0
         for event in events:  # make them read like the strict Structs
+            modelled_phase = event.ph in ("X", "i", "I")
             if type(event.args) is not LenientArgs:
+                bad_args += modelled_phase and event.args is not None
                 event.args = _NO_LENIENT_ARGS
             if type(event.cat) is not str:
+                bad_category += modelled_phase and event.cat is not None
                 event.cat = None
             if event.ph != "X":
                 event.dur = None
-                if event.ph not in ("i", "I"):
+                if not modelled_phase:
                     if event.cat and not (type(event.ph) is str and event.ph in _KNOWN_PHASES):
                         unknown_phase += 1
                     event.cat = None
         if unknown_phase:
-            notes["events: missing or unknown ph, skipped"] += unknown_phase
+            problems["events: missing or unknown ph, skipped"] += unknown_phase
+        if bad_args:
+            problems["events: args not a JSON object, ignored"] += bad_args
+        if bad_category:
+            problems["events: cat not a string, skipped"] += bad_category
     if isinstance(top, list):
         if legacy := adopt_legacy_events(events):
             notes[LEGACY_NOTE] += legacy
-        return events, {}, lenient, data, notes
+        return events, {}, lenient, data, problems, notes
     metadata = {key: getattr(top, key) for key in METADATA_KEYS if getattr(top, key) is not msgspec.UNSET}
-    return events, metadata, lenient, data, notes
+    return events, metadata, lenient, data, problems, notes
+
+
+LENIENT_NOTE = "events decoded with lenient types (the slower path for odd values)"
 
 
 def _decode_top(data: bytes | mmap.mmap, path: Path):
@@ -270,6 +349,10 @@ def _decode_top(data: bytes | mmap.mmap, path: Path):
     try:
         try:
             return _STRICT.decode(data), False
+        except msgspec.ValidationError:
+            pass
+        try:  # a category KnownCategory does not list: still typed
+            return _STRICT_ANY_CATEGORY.decode(data), False
         except msgspec.ValidationError:
             return _LENIENT.decode(data), True
     except msgspec.ValidationError as error:
@@ -299,6 +382,16 @@ _ARRAY_STANDIN = b"[ \t\t ]"
 _TAIL_CANDIDATES = 8  # `]`s after a `}` tried, from the end, as the array's end
 _SPLIT_RETRIES = 8
 _CHUNK = msgspec.json.Decoder(list[Event])
+_CHUNK_ANY_CATEGORY = msgspec.json.Decoder(list[AnyCategoryEvent])
+
+
+def decode_chunk(chunk: bytes | memoryview) -> list:
+    """A chunk's events as strict Structs, the category as any string if KnownCategory does not list one.
+    Raises msgspec.ValidationError for odd values, msgspec.DecodeError for broken JSON."""
+    try:
+        return _CHUNK.decode(chunk)
+    except msgspec.ValidationError:
+        return _CHUNK_ANY_CATEGORY.decode(chunk)
 
 
 def _skeleton_struct() -> type:
@@ -369,7 +462,7 @@ def _ends_an_event(text: bytes | mmap.mmap, start: int, end: int, window: int = 
         return True  # one event larger than the window: the chunked decode will tell
     for first in firsts:
         try:
-            _CHUNK.decode(chunk_json(text, first, end))
+            _CHUNK_ANY_CATEGORY.decode(chunk_json(text, first, end))
             return True
         except (msgspec.DecodeError, RecursionError):
             continue
@@ -415,7 +508,7 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
                 buffer = bytearray(end - start + 2)
             try:
                 with chunk_json(text, start, end, buffer) as chunk:
-                    events = _CHUNK.decode(chunk)
+                    events = decode_chunk(chunk)
                 break
             except msgspec.ValidationError:
                 raise NotChunkable from None
@@ -519,7 +612,7 @@ def adopt_legacy_events(events: list) -> int:
     "CPU functions" and "CUDA functions" (tid: the thread, or the kernel's device). Give them their categories."""
     adopted = 0
     for event in events:
-        if event.cat or not (type(event) is Complete or (type(event) is LenientEvent and event.ph == "X")):
+        if event.cat or not (type(event) in COMPLETE_TYPES or (type(event) is LenientEvent and event.ph == "X")):
             continue
         if type(event.pid) is not str or event.pid not in LEGACY_CATEGORIES:
             continue
