@@ -189,17 +189,19 @@ def _timeline_payload(ctx: AnalysisContext) -> dict:
         mine = np.flatnonzero(piece_device == dev.device)
         dur = idle.end_ns[mine] - idle.start_ns[mine]
         chosen = mine if len(mine) <= MAX_INTERVALS else np.sort(mine[np.argsort(-dur)[:MAX_INTERVALS]])
-        out = []
-        for i in chosen.tolist():
-            key = int(keys[i])
+        for key in np.unique(keys[chosen]).tolist():
             if key not in site_index:
                 label = describe_site(ctx, key)["label"]
                 site_index[key] = len(sites) if label != "(unknown)" else -1
                 if label != "(unknown)":
                     sites.append(label)
-            out.append([us(idle.start_ns[i]), us(idle.end_ns[i]), CAUSES[idle.cause[i]], site_index[key]])
+        starts = np.round(idle.start_ns[chosen] / 1e3, 3).tolist()
+        ends = np.round(idle.end_ns[chosen] / 1e3, 3).tolist()
+        out = [[s, e, CAUSES[c], site_index[k]]
+               for s, e, c, k in zip(starts, ends, idle.cause[chosen].tolist(), keys[chosen].tolist())]
         devices[str(dev.device)] = {
-            "busy_us": [[us(s), us(e)] for s, e in zip(bs.tolist(), be.tolist())], "idle_us": out,
+            "busy_us": [list(p) for p in zip(np.round(bs / 1e3, 3).tolist(), np.round(be / 1e3, 3).tolist())],
+            "idle_us": out,
             "idle_total": int(len(mine)), "busy_total": int(len(dev.busy_starts)),
         }
     return {"devices": devices, "causes": list(CAUSES), "sites": sites,

@@ -84,7 +84,7 @@ def blocking_copy_rows(model: TraceModel) -> np.ndarray:
 
 def is_hip(model: TraceModel) -> bool:
     """Whether the trace's runtime calls speak HIP (ROCm) rather than CUDA."""
-    codes = np.unique(model.runtime.name) if len(model.runtime) else []
+    codes = np.flatnonzero(np.bincount(model.runtime.name, minlength=len(model.names))) if len(model.runtime) else []
     hip = sum(1 for c in codes if model.names[c].startswith("hip"))
     cuda = sum(1 for c in codes if model.names[c].startswith(("cuda", "cu")))
     return hip > cuda

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from analyzer.trace import TraceModel
+from analyzer.waits import present_codes
 
 
 class FrameKind(enum.IntEnum):
@@ -132,7 +133,7 @@ class FrameIndex:
         self.model = model
         self.user_code = tuple(user_code)
         frames = model.frames
-        codes = np.unique(frames.name)
+        codes = present_codes(frames.name, len(model.names))
         kind_by_code = np.full(len(model.names), FrameKind.OTHER, dtype=np.int8)
         inner_by_code = np.zeros(len(model.names), dtype=bool)
         for c in codes.tolist():
@@ -144,10 +145,12 @@ class FrameIndex:
         owner = ((kind == FrameKind.USER) | (kind == FrameKind.TOOL)) & ~inner_by_code[frames.name]
         self.user_frame = _nearest_marked(owner, frames.parent, frames.start_ns)
         library = _nearest_marked(kind == FrameKind.LIBRARY, frames.parent, frames.start_ns)
-        depth = _depth(frames.parent, frames.start_ns)
-        user_depth = np.where(self.user_frame >= 0, depth[np.maximum(self.user_frame, 0)], -1)
-        lib_depth = np.where(library >= 0, depth[np.maximum(library, 0)], -1)
-        self.library_frame = np.where((library >= 0) & (lib_depth > user_depth), library, -1)
+        # both are on the chain above the row: the library frame is inside the user frame when it began later (or
+        # at the same instant but ends earlier)
+        u, lib = np.maximum(self.user_frame, 0), np.maximum(library, 0)
+        s, e = frames.start_ns, frames.end_ns
+        deeper = (s[lib] > s[u]) | ((s[lib] == s[u]) & (e[lib] < e[u])) if len(frames) else np.zeros(0, bool)
+        self.library_frame = np.where((library >= 0) & ((self.user_frame < 0) | deeper), library, -1)
         compiled = np.zeros(len(model.names), dtype=bool)
         for c in codes.tolist():
             compiled[c] = bool(_COMPILED_GRAPH.search(model.names[c]))
@@ -188,12 +191,6 @@ def _linked(parent: np.ndarray, start: np.ndarray) -> np.ndarray:
     rank = np.empty(len(parent), dtype=np.int64)
     rank[np.argsort(start, kind="stable")] = np.arange(len(parent))
     return (parent >= 0) & (rank[np.maximum(parent, 0)] < rank)
-
-
-def _depth(parent: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Ancestors of each frame along acyclic parent links (as _nearest_marked follows them)."""
-    from analyzer.trace.joins import depth_from_parent
-    return depth_from_parent(np.where(_linked(parent, start), parent, -1))
 
 
 def outermost_op(model: TraceModel, op_row: int) -> int:

@@ -80,7 +80,9 @@ def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.nda
     if with_op.any():
         ops = model.ops
         (op_key,) = thread_keys([ops.pid], [ops.tid])
-        outer_rows = np.unique(outer[with_op])
+        is_outer = np.zeros(len(ops), bool)
+        is_outer[outer[with_op]] = True
+        outer_rows = np.flatnonzero(is_outer)
         first_invocation = _first_per_group(op_key[outer_rows], ops.name[outer_rows], ops.start_ns[outer_rows],
                                             outer_rows)
         first[with_op] = np.isin(outer[with_op], first_invocation)
@@ -95,7 +97,9 @@ def first_call_ops(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
     """Rows of outermost ops whose first invocation on a thread took at least 20x (and >= 0.5 ms more than) the
     median of their later invocations: the first call paid for set-up (library loading, cuDNN heuristics...)."""
     ops = model.ops
-    rows = np.unique(outermost_ops[outermost_ops >= 0]) if len(ops) else np.zeros(0, np.int64)
+    is_outer = np.zeros(len(ops), bool)
+    is_outer[outermost_ops[outermost_ops >= 0]] = True
+    rows = np.flatnonzero(is_outer)
     if len(rows) < 2:
         return np.zeros(0, np.int64)
     (key,) = thread_keys([ops.pid[rows]], [ops.tid[rows]])

@@ -8,6 +8,7 @@ import re
 from analyzer import apis
 from analyzer.graphs import GraphUse
 from analyzer.trace import TraceModel
+from analyzer.waits import present_codes
 
 _TRAINING_OP = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.(step|zero_grad)#|"
                           r"^torch::autograd::AccumulateGrad$")
@@ -46,10 +47,9 @@ class TraceTraits:
                 "compiled": self.compiled, "graphs": self.graphs.as_dict()}
 
 
-def trace_traits(model: TraceModel, graphs: GraphUse, step_names: list[str]) -> TraceTraits:
-    op_codes = set(model.ops.name.tolist()) if len(model.ops) else set()
+def trace_traits(model: TraceModel, graphs: GraphUse, step_names: list[str], compiled_frames: bool) -> TraceTraits:
+    op_codes = present_codes(model.ops.name, len(model.names)).tolist()
     training = any(_TRAINING_OP.search(model.names[c]) for c in op_codes)
-    compiled = any(_COMPILED_OP.search(model.names[c]) for c in op_codes) or any(
-        "torchinductor_" in model.names[c] for c in (set(model.frames.name.tolist()) if len(model.frames) else ()))
+    compiled = compiled_frames or any(_COMPILED_OP.search(model.names[c]) for c in op_codes)
     decode = any(n.startswith("decode") for n in step_names)
     return TraceTraits(training=training, hip=apis.is_hip(model), graphs=graphs, decode=decode, compiled=compiled)

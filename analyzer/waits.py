@@ -33,9 +33,15 @@ def matching_frames(model: TraceModel, pattern: re.Pattern) -> np.ndarray:
     frames = model.frames
     if not len(frames):
         return np.zeros(0, np.int64)
-    codes = np.unique(frames.name)
-    hits = [c for c in codes.tolist() if pattern.search(model.names[c])]
-    return np.flatnonzero(np.isin(frames.name, hits))
+    table = np.zeros(len(model.names), bool)
+    for c in present_codes(frames.name, len(model.names)).tolist():
+        table[c] = bool(pattern.search(model.names[c]))
+    return np.flatnonzero(table[frames.name])
+
+
+def present_codes(codes: np.ndarray, n_names: int) -> np.ndarray:
+    """The distinct name codes in a column (a count per code is cheaper than hashing for unique)."""
+    return np.flatnonzero(np.bincount(codes, minlength=n_names)) if len(codes) else np.zeros(0, np.int64)
 
 
 def covered_ns(model: TraceModel, rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, lo: np.ndarray,

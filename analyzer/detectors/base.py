@@ -80,7 +80,7 @@ class AnalysisContext:
 
     @functools.cached_property
     def traits(self) -> TraceTraits:
-        return trace_traits(self.model, self.graphs, self.steps.names)
+        return trace_traits(self.model, self.graphs, self.steps.names, bool((self.frames.generated_frame >= 0).any()))
 
     @functools.cached_property
     def one_time(self) -> np.ndarray:

@@ -24,7 +24,9 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     window_us = ctx.timeline.window_ns / 1e3
     dur = idle.duration_ns
     by_cause = {c: us(idle.total_ns(i)) for i, c in enumerate(CAUSES)}
-    counts = {c: int(len(np.unique(idle.gap[idle.cause == i]))) for i, c in enumerate(CAUSES)}
+    gap_cause = np.unique(idle.gap * len(CAUSES) + idle.cause)  # each (gap, cause) pair once
+    per_cause = np.bincount(gap_cause % len(CAUSES), minlength=len(CAUSES))
+    counts = {c: int(per_cause[i]) for i, c in enumerate(CAUSES)}
     long = (idle.cause == CPU_LAUNCH) & (dur >= long_gap_us * 1e3)
     short = (idle.cause == CPU_LAUNCH) & ~long
     sites = _sites(ctx)
@@ -68,17 +70,19 @@ def _sites(ctx: AnalysisContext) -> list[dict]:
         return []
     keys = _pieces_site_keys(ctx, np.arange(len(idle)))
     dur_us = idle.duration_ns / 1e3
-    groups, inverse = np.unique(np.stack([idle.cause.astype(np.int64), keys]), axis=1, return_inverse=True)
+    site_codes, site_index = np.unique(keys, return_inverse=True)
+    groups, inverse = np.unique(site_index.reshape(-1) * len(CAUSES) + idle.cause, return_inverse=True)
+    groups = np.stack([groups % len(CAUSES), site_codes[groups // len(CAUSES)]])
     inverse = inverse.reshape(-1)
     total = np.bincount(inverse, weights=dur_us, minlength=groups.shape[1])
     count = np.bincount(inverse, minlength=groups.shape[1])
     largest = np.zeros(groups.shape[1])
     np.maximum.at(largest, inverse, dur_us)
-    order = np.lexsort((-dur_us, inverse))
-    first = np.searchsorted(inverse[order], np.arange(groups.shape[1]))
+    ranked = np.argsort(-total, kind="stable")[:MAX_SITES]
     out = []
-    for g in np.argsort(-total, kind="stable")[:MAX_SITES].tolist():
-        members = order[first[g]: first[g] + count[g]]
+    for g in ranked.tolist():
+        members = np.flatnonzero(inverse == g)
+        members = members[np.argsort(-dur_us[members], kind="stable")]
         lead = int(members[0])
         row = int(idle.row[lead])
         frame = int(rt.frame[row]) if row >= 0 and len(rt) else -1
@@ -127,9 +131,10 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
     lo, hi = idle.start_ns[sel], idle.end_ns[sel]
     middle = lo + (hi - lo) // 2
     at_middle = _innermost_at(ctx, rows, middle)
+    op_at_middle = _outer_op_at(ctx, rows, middle)
     groups: dict[int, list[int]] = defaultdict(list)
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
-        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), int(rows[i]), int(middle[i]))
+        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), int(rows[i]), int(op_at_middle[i]))
         groups[key].append(piece)
     out = []
     for key, members in groups.items():
@@ -158,7 +163,7 @@ def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> n
     return np.where(rows >= 0, found, -1)
 
 
-def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: int, middle: int) -> int:
+def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: int, op: int) -> int:
     model, index = ctx.model, ctx.frames
     fr = model.frames
     if frame >= 0:
@@ -178,21 +183,22 @@ def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: in
         lib_code = int(fr.name[lib]) if lib >= 0 else -1
         if chosen >= 0 or lib >= 0:
             return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code)
-    op = _op_at(ctx, row, middle)
     if op >= 0:
         return op_key(int(model.ops.name[op]))
     return int(_pieces_site_keys_for_row(ctx, row))
 
 
-def _op_at(ctx: AnalysisContext, row: int, t: int) -> int:
-    """The outermost op running at t on the thread of runtime row `row`."""
+def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """The outermost op running at t on the thread of each runtime row (-1 where none)."""
     ops, rt = ctx.model.ops, ctx.model.runtime
-    if row < 0 or not len(ops):
-        return -1
-    on = (ops.pid == rt.pid[row]) & (ops.tid == rt.tid[row]) & (ops.start_ns <= t) & (ops.end_ns > t) \
-        & ~ops.is_annotation.astype(bool)
-    hits = np.flatnonzero(on)
-    return int(ctx.outermost_ops[hits[0]]) if len(hits) else -1
+    if not len(ops) or not len(rows) or not len(rt):
+        return np.full(len(rows), -1, np.int64)
+    cpu = np.flatnonzero(~ops.is_annotation.astype(bool))
+    safe = np.maximum(rows, 0)
+    op_keys, query_keys = thread_keys([ops.pid[cpu], rt.pid[safe]], [ops.tid[cpu], rt.tid[safe]])
+    found = Intervals(op_keys, ops.start_ns[cpu], ops.end_ns[cpu], sorted_by_start=True).innermost_enclosing(
+        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
+    return np.where(found >= 0, ctx.outermost_ops[cpu[np.maximum(found, 0)]], -1)
 
 
 def _pieces_site_keys_for_row(ctx: AnalysisContext, row: int) -> int:

@@ -171,13 +171,15 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     drained = _drains_by_row(ctx)
     sites: dict[tuple, dict] = {}
     copies_by_op = _copies_by_op(ctx)
-    for group in _blocking_events(ctx):
+    groups = _blocking_events(ctx)
+    lasts = np.asarray([g[-1] for g in groups], np.int64)
+    keys = site_keys(ctx, rt.frame[lasts], rt.op[lasts], rt.name[lasts]).tolist() if len(lasts) else []
+    for group, key in zip(groups, keys):
         last = group[-1]
         blocked = max(group, key=lambda r: rt.end_ns[r] - rt.start_ns[r])  # the call the CPU actually waited in
         copy_name = _copy_for(ctx, group, copies_by_op)
         kind, api_detail = _classify(ctx, last, copy_name)
         frame = int(rt.frame[last])
-        key = int(site_keys(ctx, rt.frame[last:last + 1], rt.op[last:last + 1], rt.name[last:last + 1])[0])
         op = int(rt.op[last])
         op_name = model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None
         wait = int(sum(rt.end_ns[r] - rt.start_ns[r] for r in group))
