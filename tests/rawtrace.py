@@ -4,6 +4,12 @@ import json
 from decimal import Decimal
 
 GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+OLD_GPU_WORK = {"memcpy", "memset"}  # torch 1.8/1.9 wrote "Kernel", "Memcpy", "Memset"
+
+
+def is_gpu_work(e):
+    """A kernel, memcpy or memset slice, by today's category names or torch 1.8's (in any case)."""
+    return e.get("ph") == "X" and "dur" in e and str(e.get("cat", "")).lower() in GPU_WORK | OLD_GPU_WORK
 
 
 def raw_events(path, exact=False):
@@ -21,8 +27,7 @@ def count_named(events, name):
 
 def gpu_utilization(events):
     """busy / window with busy = union over all streams of kernel, memcpy and memset intervals (ns)."""
-    spans = sorted((round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000))
-                   for e in events if e.get("cat") in GPU_WORK and e.get("ph") == "X" and "dur" in e)
+    spans = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events if is_gpu_work(e))
     if not spans:
         return None, 0
     busy, cur_s, cur_e = 0, spans[0][0], spans[0][1]
@@ -55,7 +60,7 @@ def raw_gaps(events):
                 launches[corr] = e
     by_device = {}
     for e in events:
-        if e.get("cat") in GPU_WORK and e.get("ph") == "X" and "dur" in e:
+        if is_gpu_work(e):
             by_device.setdefault(e.get("pid"), []).append(e)
     first_of_corr = {}
     for device_events in by_device.values():

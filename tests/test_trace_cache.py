@@ -17,6 +17,7 @@ FIX = REPO / "tests" / "fixtures" / "h200"
 
 def same_model(a, b):
     assert a.names == b.names and a.metadata == b.metadata and a.warnings == b.warnings
+    assert a.notes == b.notes and a.foreign_activity == b.foreign_activity and a.synthetic_ids == b.synthetic_ids
     for table in TABLES:
         ta, tb = getattr(a, table), getattr(b, table)
         for f in dataclasses.fields(ta):

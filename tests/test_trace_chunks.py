@@ -19,7 +19,8 @@ TRACES = sorted(FIX.glob("*/rank0.trace.json.gz")) + sorted(EXTERNAL.glob("*.jso
 
 
 def same_model(a, b):
-    assert (a.names, a.metadata, a.warnings, a.synthetic_ids) == (b.names, b.metadata, b.warnings, b.synthetic_ids)
+    assert (a.names, a.metadata, a.warnings, a.synthetic_ids, a.notes, a.foreign_activity) == (
+        b.names, b.metadata, b.warnings, b.synthetic_ids, b.notes, b.foreign_activity)
     for table in TABLES:
         ta, tb = getattr(a, table), getattr(b, table)
         for f in dataclasses.fields(ta):
@@ -95,10 +96,59 @@ def test_keys_and_brackets_after_the_event_array(tmp_path, chunk_reads, monkeypa
     same_model(model, whole_file_model(trace, monkeypatch))
 
 
+TABLE_OF = {"cpu_op": "ops", "user_annotation": "ops", "python_function": "frames", "cuda_runtime": "runtime",
+            "cuda_driver": "runtime", "kernel": "gpu", "gpu_memcpy": "gpu", "gpu_memset": "gpu",
+            "gpu_user_annotation": "gpu_annotations"}
+
+
 def test_odd_values_fall_back_to_the_lenient_whole_file_read(tmp_path, chunk_reads, monkeypatch):
     events = _events()
-    [*_, last_slice] = (e for e in events if e.get("ph") == "X")
+    [*_, last_slice] = (e for e in events if e.get("ph") == "X" and e.get("cat") in TABLE_OF)
     last_slice["ts"] = "N/A"
     model = load_trace(_write_trace(tmp_path / "t.json", events))
     assert not chunk_reads  # the chunked read gave up
-    assert "decoded with lenient types (odd values or unknown categories)" in model.warnings
+    assert model.warnings == {f"{TABLE_OF[last_slice['cat']]}: missing or invalid ts": 1}
+    assert "events decoded with lenient types (the slower path for odd values)" in model.notes
+
+
+def test_unknown_categories_stay_on_the_typed_chunked_read(tmp_path, chunk_reads, monkeypatch):
+    events = _events()
+    events[len(events) // 2:len(events) // 2] = [
+        {"ph": "X", "cat": "brand_new_category", "name": "x", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "MTIA_runtime", "name": "launch", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "KERNEL", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1, "args": {"stream": 7}},
+    ]
+    trace = _write_trace(tmp_path / "t.json", events)
+    model = load_trace(trace)
+    assert chunk_reads and len(chunk_reads[0][0]) > 1  # read in chunks, typed
+    assert model.warnings == {} and model.notes == {} and model.foreign_activity == {"mtia_runtime": 1}
+    assert "k" in [model.names[c] for c in model.gpu.name]
+    same_model(model, whole_file_model(trace, monkeypatch))
+
+
+def test_string_thread_ids_are_read_in_chunks_and_by_the_helper(tmp_path, chunk_reads, monkeypatch):
+    """String pids/tids (torch 1.8's "stream 7" and digit strings, kineto's "Spans") no longer force the whole-file
+    read: each part numbers them as it meets them, and the model renumbers them by name."""
+    events = json.loads(gzip.decompress((FIX / "item_sync" / "rank0.trace.json.gz").read_bytes()))["traceEvents"]
+    n = 0
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        n += 1
+        if e.get("cat") == "kernel":
+            e["tid"] = f"stream {e['tid']}"
+        elif e.get("cat") == "cpu_op" and n % 5 == 0:
+            e["tid"] = str(e["tid"])
+        elif e.get("cat") == "cpu_op" and n % 7 == 0:
+            e["pid"], e["tid"] = ("Spans", "Traces") if n % 2 else ("Traces", f"worker {n % 3}")
+    trace = _write_trace(tmp_path / "rank0.trace.json", events)
+    monkeypatch.setattr(build, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(build, "HELPER_HEAD_START_BYTES", 0)
+    joined = []
+    join_into = build.Helper.join_into
+    monkeypatch.setattr(build.Helper, "join_into", lambda self, columns: joined.append(join_into(self, columns))
+                        or joined[-1])
+    model = load_trace(trace)
+    assert joined and joined[0] is not None and len(chunk_reads[0][0]) > 1
+    assert set(model.synthetic_ids.values()) >= {"Spans", "Traces", "worker 0", "worker 1", "worker 2"}
+    same_model(model, whole_file_model(trace, monkeypatch))
