@@ -68,11 +68,11 @@ def _ranked(findings: list) -> list:
 
 
 def _no_gpu_note(model: TraceModel) -> str:
-    foreign = getattr(model, "foreign_activity", None) or {}
+    foreign = model.foreign_activity
     if foreign:
         what = ", ".join(f"{count} {cat}" for cat, count in sorted(foreign.items(), key=lambda kv: -kv[1]))
-        return (f"GPU activity of an unsupported device type ({what}): this analyzer reads CUDA and HIP activity "
-                f"only, so it cannot say when that device was idle")
+        return (f"GPU activity of an unsupported device type: {', '.join(model.foreign_device_types)} ({what}); "
+                f"this analyzer reads CUDA and HIP activity only, so it cannot say when that device was idle")
     return "no GPU activity in this trace: a CPU-only run, or no CUDA/HIP activity was recorded"
 
 
@@ -162,6 +162,8 @@ def _trace_info(model: TraceModel) -> dict:
         "has_python_stacks": len(model.frames) > 0,
         "has_memory_events": len(model.memory) > 0,
         "warnings": dict(model.warnings),
+        "notes": dict(model.notes),
+        "foreign_activity": dict(model.foreign_activity),
     }
 
 

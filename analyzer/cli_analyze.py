@@ -48,7 +48,7 @@ def print_summary(report: dict, written: list[Path]) -> None:
     print(f"trace:   {report['source']['trace']}")
     print("summary: " + headline(report).replace("**", ""))
     findings = report["findings"]
-    if report["summary"].get("gpu_utilization") is None:
+    if report["summary"].get("gpu_utilization") is None and not report["trace"].get("foreign_activity"):
         print("hint:    real H200 runs ship with the project: python -m analyzer analyze traces/examples/item_sync "
               "--out /tmp/item_sync-report, or python -m analyzer dashboard")
     if not findings:

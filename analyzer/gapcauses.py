@@ -2,7 +2,8 @@
 
 A gap ends when the GPU gets its next work. If that work had already been launched when the gap began, nothing on
 the CPU kept the GPU waiting:
-- queued: GPU-side latency between queued work (between a replayed graph's kernels, waits on other streams).
+- queued: GPU-side latency between queued work (between a replayed graph's kernels, waits on other streams, work
+  launched before the profiling window began).
 Otherwise the gap is cut by what the thread that launched the next work was doing during it; the first matching
 layer wins, time that none covers is `cpu_launch`:
 - profiler: the profiler's own code, or this tool's capture code (instrumentation: absent from unprofiled runs);
@@ -13,7 +14,8 @@ layer wins, time that none covers is `cpu_launch`:
 - thread_hop: waiting for another thread to hand it work (a worker pool's queue, a lock, a future);
 - cpu_launch: the CPU running Python, the dispatcher and the launch call itself (eager overhead) - or
   thread_hop, when the work came from another thread than the work before the gap.
-- unknown: the next work's launch call is not in the trace.
+- unknown: the next work's launch call is not in the trace, though it was made inside the window (work launched
+  before the window began, by correlation id, is `queued`).
 """
 from __future__ import annotations
 
@@ -108,6 +110,11 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, classes: np.ndarray,
         is_graph = np.isin(rt.name[safe], graph_codes)
         later_node = is_graph & (rt.gpu[safe] != gaps.next_gpu)  # not the first kernel the graph launch ran
         queued = known & (later_node | (rt.end_ns[safe] <= a))
+    # work launched before the profiling window began (its correlation id is below every recorded call's) was
+    # queued before any gap in the window
+    calls = rt.correlation[rt.correlation >= 0]
+    corr = model.gpu.correlation[gaps.next_gpu] if len(gaps) else np.zeros(0, np.int64)
+    queued |= ~known & (corr >= 0) & (corr < (calls.min() if len(calls) else 0))
     remainder = np.where(known, CPU_LAUNCH, UNKNOWN).astype(np.int8)
     remainder[queued] = QUEUED
     remainder[known & ~queued & _moved(model, timeline, launch)] = THREAD_HOP

@@ -11,7 +11,31 @@ from rawtrace import count_named, gpu_utilization, raw_events
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external"
 TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
-               "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipGraphLaunch")
+               "hipLaunchKernel", "hipExtLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+               "hipGraphLaunch")
+SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize",
+             "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpyWithStream")
+
+
+def blocking_calls(raw) -> int:
+    """Synchronizes and synchronous copies, plus copies to or from pageable memory that are not followed directly
+    (the next runtime call on their thread) by a synchronize: each is one time the CPU blocked."""
+    runtime = sorted((e for e in raw if e.get("ph") == "X"
+                      and str(e.get("cat")).lower() in ("cuda_runtime", "cuda_driver", "runtime", "driver")),
+                     key=lambda e: (str(e.get("pid")), str(e.get("tid")), float(e["ts"])))
+    copies = {(e.get("args") or {}).get("correlation"): e["name"] for e in raw
+              if str(e.get("cat")).lower() in ("gpu_memcpy", "memcpy")}
+    count = 0
+    for k, e in enumerate(runtime):
+        if e["name"] in SYNC_APIS:
+            count += 1
+        elif "Pageable" in copies.get((e.get("args") or {}).get("correlation"), ""):
+            nxt = runtime[k + 1] if k + 1 < len(runtime) else None
+            same_thread = nxt is not None and (nxt.get("pid"), nxt.get("tid")) == (e.get("pid"), e.get("tid"))
+            count += not (same_thread and nxt["name"] in SYNC_APIS)
+    return count
+
+
 pytestmark = pytest.mark.skipif(not TRACES, reason=f"{EXTERNAL} not present")
 
 
@@ -32,11 +56,8 @@ def test_numbers_agree_with_raw_events(path):
     assert summary["window_us"] == pytest.approx(window_ns / 1e3, rel=1e-6)
     assert report["gaps"]["launch_stats"]["launches"] == sum(count_named(raw, n) for n in LAUNCH_APIS)
     assert report["allocator"]["cuda_malloc"] == count_named(raw, "cudaMalloc") + count_named(raw, "hipMalloc")
-    blocking = sum(count_named(raw, n) for n in ("cudaStreamSynchronize", "cudaDeviceSynchronize",
-                                                 "cudaEventSynchronize", "hipDeviceSynchronize",
-                                                 "hipStreamSynchronize", "hipMemcpyWithStream"))
     # every synchronize is one block; pageable copies followed by their own stream sync count once
-    assert report["sync_totals"]["total_blocking_calls"] == blocking
+    assert report["sync_totals"]["total_blocking_calls"] == blocking_calls(raw)
     assert sum(report["gaps"]["by_cause"].values()) == pytest.approx(summary["gpu_idle_us"], rel=1e-6)
     assert sum(s["drain_us"] for s in report["syncs"]) == pytest.approx(report["gaps"]["by_cause"]["sync"], abs=0.01)
 
@@ -82,3 +103,13 @@ def test_findings_read_well_without_python_stacks(path):
     names = " ".join(raw.get("name", "") for raw in raw_events(path) if raw.get("cat") == "python_function")
     if "select.epoll" not in names and "select.poll" not in names:
         assert report["serving"]["event_loop_idle"]["count"] == 0
+
+
+def test_unsupported_device_is_named_not_called_cpu_only():
+    path = EXTERNAL / "mtia-inference-no-gpu.json.gz"
+    report = analyzed(path)
+    raw = raw_events(path)
+    mtia = sum(1 for e in raw if str(e.get("cat", "")).startswith("mtia_"))
+    assert report["summary"]["gpu_utilization"] is None and report["findings"] == []
+    assert report["summary"]["note"].startswith("GPU activity of an unsupported device type: MTIA")
+    assert sum(report["trace"]["foreign_activity"].values()) == mtia > 0

@@ -10,6 +10,7 @@ import numpy as np
 from analyzer import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
 from analyzer.gapcauses import CAUSES, CPU_LAUNCH, QUEUED
+from analyzer.render.units import fmt_us
 from analyzer.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
@@ -410,6 +411,10 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
     n = int(len(np.unique(idle.gap[sel])))
     worst = np.flatnonzero(sel)[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
     replayed = ctx.graphs.replayed
+    before = sel & (ctx.gaps.launch[idle.gap] < 0)
+    before_us = us(idle.duration_ns[before].sum())
+    backlog = (f" {fmt_us(before_us)} of it waited on work launched before the profiling window began (the GPU was "
+               f"still behind the CPU when recording started)." if before_us else "")
     return [Finding(
         kind="queued", severity=severity_for(impact, window_us),
         title=f"GPU idle between work that was already queued ({n} gaps, mean {fmt_short(impact / n)})",
@@ -418,5 +423,6 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
                "the device's own latency between back-to-back kernels" + (" (here mostly between a replayed graph's "
                                                                          "nodes)" if replayed else "")
                + ", or waits on other streams and events (a copy, a collective). Fewer, larger kernels shrink the "
-                 "first kind; overlapping or reordering the awaited work shrinks the second.",
+                 "first kind; overlapping or reordering the awaited work shrinks the second." + backlog,
+        detail={"before_window_us": before_us},
         occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))]

@@ -93,6 +93,9 @@ def _header(report: dict) -> list[str]:
         lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items() if v) + ".", ""]
     if notes := trace_notes(report):
         lines += [notes, ""]
+    notes = report["trace"].get("notes")
+    if notes:
+        lines += ["Trace notes (not faults): " + "; ".join(f"{k} ({v})" for k, v in notes.items()), ""]
     warnings = report["trace"].get("warnings")
     if warnings:
         lines += ["Trace warnings: " + "; ".join(f"{k} ({v})" for k, v in warnings.items()), ""]

@@ -552,13 +552,14 @@ class _Builder:
         gpu["launch"] = joins.first_row_with_key(runtime["correlation"], gpu["correlation"])
         if repeated := joins.repeated_count(runtime["correlation"]):
             self.warnings["runtime: repeated correlation id (joins use the earliest)"] += repeated
-        # A CUDA/HIP graph launch owns all of its kernels under one correlation id: that is expected, not odd.
+        # A CUDA/HIP graph launch owns all of its kernels under one correlation id: that is expected, not odd; so is
+        # a replay launched before the window began (no launch call in the trace: counted by _unlaunched).
         names = self.strings.strings()
         graph_codes = [c for c, n in enumerate(names) if n in ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")]
         launch = gpu["launch"]
         by_graph = (launch >= 0) & np.isin(runtime["name"][np.clip(launch, 0, None)], graph_codes) \
             if len(runtime["name"]) else np.zeros(len(launch), bool)
-        if repeated := joins.repeated_count(np.where(by_graph, -1, gpu["correlation"])):
+        if repeated := joins.repeated_count(np.where(by_graph | (launch < 0), -1, gpu["correlation"])):
             self.warnings["gpu: rows sharing a correlation id (one launch, several GPU rows)"] += repeated
         unlaunched = (gpu["correlation"] >= 0) & (gpu["launch"] < 0)
         if unlaunched.any():
