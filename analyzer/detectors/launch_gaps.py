@@ -14,6 +14,7 @@ from analyzer.render.units import fmt_us
 from analyzer.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
+from analyzer.waits import present_codes
 
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
@@ -55,13 +56,15 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
 
 def _pieces_site_keys(ctx: AnalysisContext, sel: np.ndarray) -> np.ndarray:
     """Site keys of the runtime rows responsible for the selected idle pieces."""
-    rt = ctx.model.runtime
-    row = ctx.idle.row[sel]
-    safe = np.maximum(row, 0)
+    rt, idle = ctx.model.runtime, ctx.idle
+    row = idle.row[sel]
     if not len(rt):
-        return np.full(len(sel), KIND_NONE << 60, np.int64)
-    return site_keys(ctx, np.where(row >= 0, rt.frame[safe], -1), np.where(row >= 0, rt.op[safe], -1),
-                     np.where(row >= 0, rt.name[safe], -1))
+        return site_keys(ctx, idle.frame[sel], idle.op[sel], np.full(len(sel), -1))
+    safe = np.maximum(row, 0)
+    # a piece cut for a runtime call names the call's site; one cut for a frame or an op (a wait, an import, a
+    # first call) names that frame's or op's
+    return site_keys(ctx, np.where(row >= 0, rt.frame[safe], idle.frame[sel]),
+                     np.where(row >= 0, rt.op[safe], idle.op[sel]), np.where(row >= 0, rt.name[safe], -1))
 
 
 def _sites(ctx: AnalysisContext) -> list[dict]:
@@ -296,15 +299,16 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 "foreach optimizer implementations, and raise the per-step work (batch size) so kernels outlast "
                 "their launches.")
     step = traits.step_word
-    if compiled or traits.compiled:
+    if compiled:
         return (f"The GPU finishes each kernel before the CPU has launched the next, and most of these launches come "
                 f"from a torch.compile graph: its kernels are fused but still launched one by one from Python. "
                 f"Compile with mode=\"reduce-overhead\" to replay the {step} as a {word} (keep its inputs at static "
-                f"addresses), or batch more work per step.")
+                f"addresses), or batch more work per step." + _engine_hint(ctx))
     advice = (f"The GPU finishes each kernel before Python has launched the next: the {step} is bound by eager "
               f"launch overhead (Python, dispatcher, the launch call). Capture the {step} in a {word} "
               f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
-              f"small ops.")
+              f"small ops." + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
+                               "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
     if graph and graph.get("estimated_speedup"):
         advice += (f" Estimated graph step {graph['estimated_graph_step_us'] / 1e3:.2f} ms vs eager "
                    f"{graph['eager_step_us'] / 1e3:.2f} ms ({graph['estimated_speedup']:.1f}x)")
@@ -312,6 +316,30 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
             advice += f"; measured {graph['measured']['speedup']:.1f}x"
         advice += "."
     return advice
+
+
+def _compiled_share(ctx: AnalysisContext, pieces: np.ndarray) -> float:
+    """The share of these idle pieces whose awaited work was launched from inside a torch.compile graph."""
+    idle, rt = ctx.idle, ctx.model.runtime
+    row = idle.row[pieces]
+    if not len(pieces) or not len(rt):
+        return 0.0
+    frame = np.where(row >= 0, rt.frame[np.maximum(row, 0)], -1)
+    inside = np.zeros(len(pieces), bool)
+    has = frame >= 0
+    inside[has] = ctx.frames.generated_frame[frame[has]] >= 0
+    weights = idle.duration_ns[pieces]
+    return float(weights[inside].sum() / weights.sum()) if weights.sum() else 0.0
+
+
+def _engine_hint(ctx: AnalysisContext) -> str:
+    """Where a serving engine's own CUDA-graph switch is, when its code is in the trace."""
+    files = [ctx.model.names[c] for c in present_codes(ctx.model.frames.name, len(ctx.model.names)).tolist()]
+    if any(f.startswith("vllm/") or "/vllm/" in f for f in files):
+        return " vLLM captures CUDA graphs for decode unless it runs with enforce_eager=True (--enforce-eager)."
+    if any(f.startswith("sglang/") or "/sglang/" in f for f in files):
+        return " SGLang captures CUDA graphs unless it runs with --disable-cuda-graph."
+    return ""
 
 
 def _where_eager(per_step: list[dict]) -> str:
@@ -355,7 +383,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
               f"({gaps} gaps under {long_gap_us / 1e3:g} ms)",
         call_site=top["call_site"], library_site=top["library_site"], impact_us=impact,
         advice=_launch_advice(ctx, graph, per_step, impact / window_us if window_us else 0.0,
-                              compiled=bool(top["site"]["compiled_graph"])), count=gaps,
+                              compiled=_compiled_share(ctx, rows) >= 0.5), count=gaps,
         id="launch_overhead",
         detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
                 "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},

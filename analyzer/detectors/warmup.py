@@ -22,16 +22,20 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
         if r >= 0:
             what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
+            text = f"{api} ({what})"
         elif op >= 0:
-            what, api = "first call", f"{model.names[model.ops.name[op]]} (CPU time)"
+            what, api = "first call", model.names[model.ops.name[op]]
+            text = f"the first {api} call's CPU time"
         elif frame >= 0:
             name = model.names[model.frames.name[frame]]
             what = "import" if name.startswith("<frozen importlib") else "JIT compilation"
             api = describe_frame(name)
+            text = f"{what} in {api}"
         else:
             what, api = "graph capture", f"{ctx.traits.graph_word} capture"
-        entry = parts.setdefault((what, api), {"kind": what, "api": api, "idle_us": 0.0, "calls": set(),
-                                               "occurrences": []})
+            text = api
+        entry = parts.setdefault((what, api), {"kind": what, "api": api, "text": text, "idle_us": 0.0,
+                                               "calls": set(), "occurrences": []})
         entry["idle_us"] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
         entry["calls"].add(r)
         if len(entry["occurrences"]) < 8:
@@ -54,7 +58,7 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         return []
     idle = ctx.idle
     window_us = ctx.timeline.window_ns / 1e3
-    what = ", ".join(f"{p['api']} ({p['kind']}) {fmt_us(p['idle_us'])}" for p in data["breakdown"][:4])
+    what = ", ".join(f"{p['text']} {fmt_us(p['idle_us'])}" for p in data["breakdown"][:4])
     worst = sel[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
     advice = ("These costs are paid once per process: context, stream and library-handle creation, module loading at "
               "a kernel's first launch, cuDNN/cuBLAS set-up, the caching allocator filling up. They say nothing "
