@@ -28,9 +28,11 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             text = f"the first {api} call's CPU time"
         elif frame >= 0:
             name = model.names[model.frames.name[frame]]
-            what = "import" if name.startswith("<frozen importlib") else "JIT compilation"
-            api = describe_frame(name)
-            text = f"{what} in {api}"
+            if name.startswith("<frozen importlib"):
+                what = api = text = "imports"
+            else:
+                what, api = "JIT compilation", describe_frame(name)
+                text = f"{what} in {api}"
         else:
             what, api = "graph capture", f"{ctx.traits.graph_word} capture"
             text = api
