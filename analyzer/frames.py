@@ -104,7 +104,8 @@ def describe_compiled(name: str | None) -> str | None:
     file, _, func = parsed
     base = re.split(r"[/\\]", file)[-1]
     what = "FX graph" if file.startswith("<eval_with_key>") else "Inductor output"
-    return f"{func}() in {base[:12] + '…' + base[-3:] if len(base) > 16 else base} ({what})"
+    short = base if len(base) <= 24 or file.startswith("<") else base[:12] + "…" + base[-3:]
+    return f"{func}() in {short} ({what})"
 
 
 def describe_frame(name: str | None) -> str | None:

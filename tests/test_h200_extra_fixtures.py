@@ -12,7 +12,7 @@ from analyzer.trace import load_trace
 from rawtrace import count_named, raw_events
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200_extra"
-NAMES = ("hf_generate", "compile_decode", "compile_decode_reduce_overhead", "graph_decode_24")
+NAMES = ("hf_generate", "compile_decode", "compile_decode_reduce_overhead", "graph_decode_24", "host_work")
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
 
@@ -98,3 +98,19 @@ def test_graph_backlog_stays_with_the_step_that_launched_it(reports):
     assert "GPU period" in dilation["profiled_measure"] and 0.8 < dilation["profiler_dilation"] < 1.5
     queued = report["gaps"]["by_cause"]["queued"]
     assert queued > 0 and all(s["idle_by_cause_us"]["cpu_launch"] < 0.2 * s["idle_us"] for s in steps[2:])
+
+
+def test_host_work_names_the_helper_not_its_generator_expression(reports):
+    """position_checksum() runs a generator expression after every decode step while the GPU has nothing queued:
+    one finding, for the helper (not the <genexpr> frames, not the step() that calls it)."""
+    report, raw = reports["host_work"], events("host_work")
+    calls = sorted((e for e in raw if e.get("cat") == "python_function"
+                    and e["name"].endswith("): position_checksum")), key=lambda e: e["ts"])
+    genexpr = sum(1 for e in raw if e.get("cat") == "python_function" and e["name"].endswith("): <genexpr>"))
+    assert len(calls) == 6 and genexpr >= 6 * 3000  # one frame per resume of the generator
+    host = [f for f in report["findings"] if f["kind"] == "host_work"]
+    assert [f["call_site"] for f in host] == ["position_checksum() (defined at workloads/decode_host_work.py:8)"]
+    # every call but the last is followed by the next step's GPU work, so each leaves one long gap
+    assert host[0]["count"] == len(calls) - 1
+    assert host[0]["impact_us"] >= 0.5 * sum(e["dur"] for e in calls[:-1])
+    assert not any("genexpr" in (f["title"] + (f["call_site"] or "")) for f in report["findings"])
