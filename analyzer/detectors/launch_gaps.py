@@ -195,9 +195,9 @@ def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: in
 def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
     """The outermost op running at t on the thread of each runtime row (-1 where none)."""
     ops, rt = ctx.model.ops, ctx.model.runtime
-    if not len(ops) or not len(rows) or not len(rt):
-        return np.full(len(rows), -1, np.int64)
     cpu = np.flatnonzero(~ops.is_annotation.astype(bool))
+    if not len(cpu) or not len(rows) or not len(rt):
+        return np.full(len(rows), -1, np.int64)
     safe = np.maximum(rows, 0)
     op_keys, query_keys = thread_keys([ops.pid[cpu], rt.pid[safe]], [ops.tid[cpu], rt.tid[safe]])
     found = Intervals(op_keys, ops.start_ns[cpu], ops.end_ns[cpu], sorted_by_start=True).innermost_enclosing(
