@@ -24,7 +24,7 @@ def _cmd_analyze(args) -> int:
 
 
 def _cmd_diff(args) -> int:
-    from analyzer.diff import run_diff
+    from analyzer.report.diff import run_diff
     return run_diff(args.before, args.after, args.out)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from analyzer.inputs import TraceInput, resolve_inputs
+from analyzer.trace.inputs import TraceInput, resolve_inputs
 
 TOP_PRINTED = 5
 CHILDREN_PRINTED = 2
@@ -13,8 +13,8 @@ CHILDREN_PRINTED = 2
 def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True,
                  user_code: tuple[str, ...] = ()) -> dict:
     import numpy as np
-    from analyzer.analysis import analyze_model
-    from analyzer.runmeta import read_meta
+    from analyzer.report.assemble import analyze_model
+    from analyzer.trace.runmeta import read_meta
     from analyzer.trace import TraceError, load_trace
     meta = read_meta(item.meta) if item.meta else None
     try:
@@ -26,15 +26,15 @@ def build_report(item: TraceInput, with_hta: bool = False, cache: bool = True,
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
         report = analyze_model(model, meta, item.trace, user_code=user_code)
     if with_hta:
-        from analyzer.hta_compare import run_hta
+        from analyzer.report.hta import run_hta
         report["hta"] = run_hta(item.trace, report)
     return report
 
 
 def render_all(report: dict) -> dict[str, str]:
-    from analyzer.render.html import render_html
-    from analyzer.render.markdown import render_markdown
-    from analyzer.report_files import report_json_text
+    from analyzer.report.html import render_html
+    from analyzer.report.markdown import render_markdown
+    from analyzer.report.files import report_json_text
     html = render_html(report)
     html = html.replace("<head>", '<head><meta name="generator" content="gpu-idle-analyzer">', 1)
     return {"report.json": report_json_text(report),
@@ -43,8 +43,8 @@ def render_all(report: dict) -> dict[str, str]:
 
 
 def print_summary(report: dict, written: list[Path]) -> None:
-    from analyzer.render.markdown import headline, numbered, partition_line
-    from analyzer.render.units import fmt_us
+    from analyzer.report.markdown import headline, numbered, partition_line
+    from analyzer.report.units import fmt_us
     print(f"trace:   {report['source']['trace']}")
     print("summary: " + headline(report).replace("**", ""))
     findings = report["findings"]
@@ -95,7 +95,7 @@ def meta_warning_line(report: dict) -> str | None:
 
 def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
     """Check every output folder before writing any, so one foreign report.* leaves none of ours behind."""
-    from analyzer.report_files import REPORT_FILES, _is_ours
+    from analyzer.report.files import REPORT_FILES, _is_ours
     for out_dir in out_dirs:
         for name in REPORT_FILES:
             target = out_dir / name
@@ -107,8 +107,8 @@ def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
 def run_analyze(path: str, out: str | None, with_hta: bool, latest: bool = False, cache: bool = True,
                 user_code: tuple[str, ...] = ()) -> int:
     import sys
-    from analyzer.inputs import latest_run
-    from analyzer.report_files import write_reports
+    from analyzer.trace.inputs import latest_run
+    from analyzer.report.files import write_reports
     items = resolve_inputs(latest_run(path) if latest else path, out)
     # every trace is loaded, analyzed and rendered before anything is written: a bad rank leaves no reports
     done = [(item, report, render_all(report)) for item in items

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from analyzer import apis
-from analyzer.gapcauses import CAUSES
-from analyzer.render.html import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS,
+from analyzer.views import apis
+from analyzer.views.idle import CAUSES
+from analyzer.report.html import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS,
                                   mem_unit)
 from dashboard.timeline import REQUEST_STATES, LaneView, TimelineData, TimelineView
 

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from analyzer.inputs import is_trace_file, resolve_inputs, trace_stem
-from analyzer.runmeta import RunMeta, read_meta
+from analyzer.trace.inputs import is_trace_file, resolve_inputs, trace_stem
+from analyzer.trace.runmeta import RunMeta, read_meta
 from dashboard.lru import SizedLru
 
 CACHE_DIR_NAME = ".gpu-idle-cache"
@@ -312,7 +312,7 @@ class RunStore:
 
     def _analyze(self, run: Run) -> dict:
         # analyze_model rather than build_report: the same steps, but the loaded model stays for the timeline.
-        from analyzer.analysis import analyze_model
+        from analyzer.report.assemble import analyze_model
         from analyzer.cli_analyze import render_all
         from analyzer.trace import TraceError, load_trace
         from dashboard.timeline import TimelineData
@@ -332,7 +332,7 @@ class RunStore:
         return report
 
     def _persist(self, run: Run, texts: dict[str, str]) -> bool:
-        from analyzer.report_files import write_reports
+        from analyzer.report.files import write_reports
         for folder in self._report_dirs(run):
             try:
                 write_reports(folder, texts)

@@ -18,14 +18,14 @@ from dataclasses import fields
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext
-from analyzer.frames import outermost_op
-from analyzer.sites import runtime_site
-from analyzer.gapcauses import CAUSES
-from analyzer.render.html import window_start_us
-from analyzer.render.units import fmt_pct, fmt_us
-from analyzer.timeline import activity_mask, merge_intervals
+from analyzer.views.frames import outermost_op
+from analyzer.views.sites import runtime_site
+from analyzer.views.idle import CAUSES
+from analyzer.report.html import window_start_us
+from analyzer.report.units import fmt_pct, fmt_us
+from analyzer.views.timeline import activity_mask, merge_intervals
 from analyzer.trace import TraceModel
 
 BINS = 1200

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze_model
-from analyzer.runmeta import read_meta
+from analyzer.report.assemble import analyze_model
+from analyzer.trace.runmeta import read_meta
 from analyzer.trace import load_trace
 from rawtrace import count_named, gpu_utilization, raw_events
 

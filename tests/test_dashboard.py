@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.cli_analyze import build_report
-from analyzer.diff import compare
-from analyzer.inputs import resolve_inputs
-from analyzer.render.html import mem_unit, window_start_us
+from analyzer.report.diff import compare
+from analyzer.trace.inputs import resolve_inputs
+from analyzer.report.html import mem_unit, window_start_us
 from dashboard.app import create_app, exposure_warning, main
 from dashboard.runs import CACHE_DIR_NAME, RunStore
 from dashboard.timeline import BINS, EXACT_LIMIT, MARKER_LIMIT
@@ -320,7 +320,7 @@ def test_report_cached_beside_foreign_files_and_reused(tmp_path):
 
 
 def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
-    from analyzer.runmeta import read_meta
+    from analyzer.trace.runmeta import read_meta
     from analyzer.trace import load_trace
     from dashboard.timeline import TimelineData
     report = report_of("decode")
@@ -338,7 +338,7 @@ def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
 
 
 def test_serving_run_shows_request_lifetimes_as_lanes_on_the_shared_axis():
-    from analyzer.runmeta import read_meta
+    from analyzer.trace.runmeta import read_meta
     from analyzer.trace import load_trace
     from dashboard.figures import timeline_figure
     from dashboard.timeline import TimelineData

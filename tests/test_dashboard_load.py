@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.timeline import activity_mask
+from analyzer.views.timeline import activity_mask
 from analyzer.trace import load_trace
 from dashboard.timeline import EXACT_LIMIT
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze_model
+from analyzer.report.assemble import analyze_model
 from analyzer.trace import load_trace
 from rawtrace import count_named, gpu_utilization, raw_events
 

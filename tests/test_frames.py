@@ -1,7 +1,7 @@
 """Whose code a Kineto frame name is, on names taken from real traces (ours and the external ones)."""
 import pytest
 
-from analyzer.frames import FrameKind, describe_compiled, describe_frame, frame_kind, is_inner_function
+from analyzer.views.frames import FrameKind, describe_compiled, describe_frame, frame_kind, is_inner_function
 
 CASES = [
     ("workloads/qwen2/model.py(56): forward", FrameKind.USER),

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.analysis import analyze_model
+from analyzer.report.assemble import analyze_model
 from analyzer.cli_analyze import render_all, warning_line
 from analyzer.errors import UsageError
 from analyzer.trace import TraceError, load_trace

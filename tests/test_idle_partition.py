@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.analysis import analyze_model
+from analyzer.report.assemble import analyze_model
 from analyzer.detectors import AnalysisContext
-from analyzer.gapcauses import CAUSES, QUEUED
-from analyzer.runmeta import read_meta
+from analyzer.views.idle import CAUSES, QUEUED
+from analyzer.trace.runmeta import read_meta
 from analyzer.trace import load_trace
 from rawtrace import overhead_spans, raw_events, raw_gaps
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from plotly.offline import get_plotlyjs
 
-from analyzer.analysis import analyze_model
-from analyzer.render.html import build_figures, mem_unit, render_html
-from analyzer.runmeta import read_meta
+from analyzer.report.assemble import analyze_model
+from analyzer.report.html import build_figures, mem_unit, render_html
+from analyzer.trace.runmeta import read_meta
 from analyzer.trace import load_trace
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200"

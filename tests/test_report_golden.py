@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.cli_analyze import render_all
-from analyzer.inputs import resolve_inputs
+from analyzer.trace.inputs import resolve_inputs
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze_model
-from analyzer.render.markdown import render_markdown
-from analyzer.runmeta import read_meta
+from analyzer.report.assemble import analyze_model
+from analyzer.report.markdown import render_markdown
+from analyzer.trace.runmeta import read_meta
 from analyzer.trace import load_trace
 from rawtrace import raw_events
 

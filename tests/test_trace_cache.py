@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from analyzer.analysis import analyze_model
+from analyzer.report.assemble import analyze_model
 from analyzer.trace import load_trace
 from analyzer.trace.cache import TABLES, cache_folder
 from conftest import REPO

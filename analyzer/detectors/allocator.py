@@ -7,12 +7,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import outermost_op
-from analyzer.gapcauses import ALLOCATOR
-from analyzer.onetime import NONE
-from analyzer.sites import describe_site, site_keys
+from analyzer.views.frames import outermost_op
+from analyzer.views.idle import ALLOCATOR
+from analyzer.views.onetime import NONE
+from analyzer.views.sites import describe_site, site_keys
 
 MAX_TIMELINE_POINTS = 2000
 STATS_KEYS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_sync_all_streams",

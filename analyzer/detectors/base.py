@@ -7,17 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from analyzer import apis
-from analyzer.frames import FrameIndex
-from analyzer.gapcauses import Gaps, IdlePieces, classify_idle
-from analyzer.graphs import GraphUse, graph_use
-from analyzer.instrumentation import instrumentation_rows
-from analyzer.onetime import first_call_ops, one_time_rows
-from analyzer.runmeta import RunMeta
-from analyzer.steps import StepRanges, step_ranges
-from analyzer.timeline import GpuTimeline, build_timeline
+from analyzer.views import apis
+from analyzer.views.frames import FrameIndex
+from analyzer.views.idle import Gaps, IdlePieces, classify_idle
+from analyzer.views.graphs import GraphUse, graph_use
+from analyzer.views.instrumentation import instrumentation_rows
+from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.trace.runmeta import RunMeta
+from analyzer.views.steps import StepRanges, step_ranges
+from analyzer.views.timeline import GpuTimeline, build_timeline
 from analyzer.trace import TraceModel
-from analyzer.traits import TraceTraits, trace_traits
+from analyzer.views.traits import TraceTraits, trace_traits
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -84,12 +84,12 @@ class AnalysisContext:
 
     @functools.cached_property
     def one_time(self) -> np.ndarray:
-        """Per runtime row: its analyzer.onetime label code (0: a steady-state call)."""
+        """Per runtime row: its analyzer.views.onetime label code (0: a steady-state call)."""
         return one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
 
     @functools.cached_property
     def instrumentation(self) -> np.ndarray:
-        """Per runtime row: the measurement's own call (analyzer.instrumentation), not the workload's."""
+        """Per runtime row: the measurement's own call (analyzer.views.instrumentation), not the workload's."""
         return instrumentation_rows(self.model, self.frames, self.runtime_classes)
 
     @functools.cached_property

@@ -7,14 +7,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.gapcauses import CAUSES, CPU_LAUNCH, QUEUED
-from analyzer.render.units import fmt_us
-from analyzer.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
-from analyzer.steptable import step_table
+from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
+from analyzer.report.units import fmt_us
+from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
+from analyzer.views.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
-from analyzer.waits import present_codes
+from analyzer.views.waits import present_codes
 
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice

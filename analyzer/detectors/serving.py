@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer import waits
+from analyzer.views import waits
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import describe_frame
-from analyzer.gapcauses import EVENT_LOOP_IDLE, THREAD_HOP
+from analyzer.views.frames import describe_frame
+from analyzer.views.idle import EVENT_LOOP_IDLE, THREAD_HOP
 
 _MAX_ATTRIBUTED = 5000  # gaps attributed one by one; the rest only counted
 UNKNOWN = "(unknown)"  # no Python wait frame on the launching thread (a trace without with_stack, or none matched)

@@ -6,12 +6,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import op_chain, outermost_op, parse_frame
-from analyzer.gapcauses import SYNC
-from analyzer.instrumentation import PROFILER_FRAME
-from analyzer.sites import describe_site, site_keys, site_phrase
+from analyzer.views.frames import op_chain, outermost_op, parse_frame
+from analyzer.views.idle import SYNC
+from analyzer.views.instrumentation import PROFILER_FRAME
+from analyzer.views.sites import describe_site, site_keys, site_phrase
 from analyzer.trace import GpuKind
 
 _MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",

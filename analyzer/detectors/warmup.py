@@ -1,4 +1,4 @@
-"""One-time costs inside the profiled window (analyzer.onetime): context / stream / handle creation, module loading
+"""One-time costs inside the profiled window (analyzer.views.onetime): context / stream / handle creation, module loading
 at a first launch, first-call set-up, the allocator's cache filling up, CUDA-graph capture."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
-from analyzer.frames import describe_frame
-from analyzer.gapcauses import WARMUP
-from analyzer.onetime import LABELS
-from analyzer.render.units import fmt_us
+from analyzer.views.frames import describe_frame
+from analyzer.views.idle import WARMUP
+from analyzer.views.onetime import LABELS
+from analyzer.report.units import fmt_us
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from analyzer.diff import compare, render_diff_markdown
+from analyzer.report.diff import compare, render_diff_markdown
 from analyzer.errors import UsageError
-from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, diff_figure
 from dashboard.pages.common import badge, error_card, markdown_block, run_href
 from dashboard.runs import RunStore

@@ -10,8 +10,8 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
-from analyzer.render.markdown import numbered
-from analyzer.render.units import fmt_pct, fmt_us
+from analyzer.report.markdown import numbered
+from analyzer.report.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
                                     severity_badge)

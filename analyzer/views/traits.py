@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from analyzer import apis
-from analyzer.graphs import GraphUse
+from analyzer.views import apis
+from analyzer.views.graphs import GraphUse
 from analyzer.trace import TraceModel
-from analyzer.waits import present_codes
+from analyzer.views.waits import present_codes
 
 _TRAINING_OP = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.(step|zero_grad)#|"
                           r"^torch::autograd::AccumulateGrad$")

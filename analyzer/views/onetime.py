@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from analyzer import apis
-from analyzer.steps import StepRanges
+from analyzer.views import apis
+from analyzer.views.steps import StepRanges
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 

@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-from analyzer import apis
-from analyzer.frames import FrameIndex, FrameKind, parse_frame
+from analyzer.views import apis
+from analyzer.views.frames import FrameIndex, FrameKind, parse_frame
 from analyzer.trace import TraceModel
 
 PROFILER_FRAME = re.compile(r"(^|/)torch/(profiler|autograd/profiler)")

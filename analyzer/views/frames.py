@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from analyzer.trace import TraceModel
-from analyzer.waits import present_codes
+from analyzer.views.waits import present_codes
 
 
 class FrameKind(enum.IntEnum):

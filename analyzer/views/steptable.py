@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.detectors.base import us
-from analyzer.gapcauses import CAUSES
-from analyzer.timeline import activity_mask
+from analyzer.views.idle import CAUSES
+from analyzer.views.timeline import activity_mask
 
 
 def _grouped_union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
 
@@ -15,7 +15,7 @@ DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
 def load_report(path: str | Path) -> tuple[str, dict]:
     """A report.json, or a run folder / trace to analyze now (its report.json is reused when present)."""
     from analyzer.cli_analyze import build_report
-    from analyzer.inputs import resolve_inputs
+    from analyzer.trace.inputs import resolve_inputs
     path = Path(path)
     if path.is_file() and path.name == "report.json":
         report = _read_report(path)
@@ -158,7 +158,7 @@ def render_diff_html(d: dict) -> str:
 
 
 def run_diff(path_a: str, path_b: str, out: str | None) -> int:
-    from analyzer.report_files import write_reports
+    from analyzer.report.files import write_reports
     name_a, a = load_report(path_a)
     name_b, b = load_report(path_b)
     d = compare(name_a, a, name_b, b)

@@ -1,7 +1,7 @@
 """report.md: made to be pasted into a GitHub issue (tables, collapsible details, bounded size)."""
 from __future__ import annotations
 
-from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
 
 MAX_CHARS = 60_000
 MAX_STEP_ROWS = 24

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from analyzer import apis
+from analyzer.views import apis
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 

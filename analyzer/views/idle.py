@@ -9,7 +9,7 @@ layer wins, time that none covers is `cpu_launch`:
 - profiler: the profiler's own code, or this tool's capture code (instrumentation: absent from unprofiled runs);
 - sync: a blocking call (stream/device/event synchronize, a synchronous or pageable copy);
 - allocator: cudaMalloc / cudaFree / cuMem* / pinned host allocation (cudaFree also synchronizes);
-- warmup: one-time costs (analyzer.onetime) and CUDA-graph capture;
+- warmup: one-time costs (analyzer.views.onetime) and CUDA-graph capture;
 - event_loop_idle: parked in an event loop's selector (asyncio sleeping or waiting for I/O);
 - thread_hop: waiting for another thread to hand it work (a worker pool's queue, a lock, a future);
 - cpu_launch: the CPU running Python, the dispatcher and the launch call itself (eager overhead) - or
@@ -23,11 +23,12 @@ import dataclasses
 
 import numpy as np
 
-from analyzer import apis, waits
-from analyzer.graphs import GraphUse
-from analyzer.instrumentation import PROFILER_FRAME
-from analyzer.onetime import FIRST_TIME_FRAME
-from analyzer.timeline import GpuTimeline
+from analyzer.views import apis
+from analyzer.views import waits
+from analyzer.views.graphs import GraphUse
+from analyzer.views.instrumentation import PROFILER_FRAME
+from analyzer.views.onetime import FIRST_TIME_FRAME
+from analyzer.views.timeline import GpuTimeline
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.gapcauses import CAUSES
-from analyzer.render.markdown import named_site, numbered, partition_line, trace_notes
-from analyzer.render.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.views.idle import CAUSES
+from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
+from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A7", "queued": "#999999",

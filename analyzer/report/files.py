@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from analyzer.analysis import REPORT_SCHEMA
+from analyzer.report.assemble import REPORT_SCHEMA
 from analyzer.errors import UsageError
 
 REPORT_FILES = ("report.json", "report.md", "report.html")

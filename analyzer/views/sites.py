@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer.frames import FrameKind, describe_compiled, describe_frame
+from analyzer.views.frames import FrameKind, describe_compiled, describe_frame
 
 KIND_FRAMES, KIND_OTHER_FRAME, KIND_OP, KIND_API, KIND_NONE = range(5)
 _SHIFT = 30

@@ -10,9 +10,9 @@ import numpy as np
 from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
 from analyzer.detectors.base import SEVERITIES, us
-from analyzer.runmeta import RunMeta
-from analyzer.gapcauses import CAUSES, PROFILER, UNKNOWN
-from analyzer.sites import describe_site, site_keys
+from analyzer.trace.runmeta import RunMeta
+from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
+from analyzer.views.sites import describe_site, site_keys
 from analyzer.trace import GpuKind, TraceModel
 
 REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
