@@ -2,7 +2,6 @@
 static report.html)."""
 from __future__ import annotations
 
-import base64
 import html
 
 import numpy as np
@@ -11,8 +10,9 @@ import plotly.io as pio
 
 from analyzer.views import apis
 from analyzer.views.idle import CAUSES
-from analyzer.report.html import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS,
-                                  mem_unit)
+from analyzer.report.figures import mem_unit
+from analyzer.report.plotly_json import packed
+from analyzer.report.palette import ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS
 from dashboard.timeline import REQUEST_STATES, LaneView, TimelineData, TimelineView
 
 STATE_COLORS = {
@@ -41,21 +41,12 @@ def _ms(ns) -> np.ndarray:
     return np.asarray(ns, np.float64) / 1e6
 
 
-def _packed(values, dtype: str = "f8") -> dict:
-    """A numpy array as plotly.js's base64 typed array (what plotly.py sends, without its validation cost)."""
-    a = np.ascontiguousarray(values, dtype=np.float64 if dtype == "f8" else np.float32)
-    out = {"dtype": dtype, "bdata": base64.b64encode(a.tobytes()).decode("ascii")}
-    if a.ndim == 2:
-        out["shape"] = f"{a.shape[0]}, {a.shape[1]}"
-    return out
-
-
 def _scatter(row: int, **props) -> dict:
     """A scatter trace on subplot `row`, as the dict plotly.js reads; numpy arrays are packed."""
-    packed = {k: _packed(v, "f4" if v.dtype == np.float32 else "f8") if isinstance(v, np.ndarray) else v
-              for k, v in props.items()}
+    props = {k: packed(v, "f4" if v.dtype == np.float32 else "f8") if isinstance(v, np.ndarray) else v
+             for k, v in props.items()}
     suffix = "" if row == 1 else str(row)
-    return {"type": "scatter", "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", **packed}
+    return {"type": "scatter", "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", **props}
 
 
 def _step_xy(edges: np.ndarray, values: np.ndarray) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from analyzer.cli_analyze import build_report
 from analyzer.report.diff import compare
 from analyzer.trace.inputs import resolve_inputs
-from analyzer.report.html import mem_unit, window_start_us
+from analyzer.report.figures import mem_unit, window_start_us
 from dashboard.app import create_app, exposure_warning, main
 from dashboard.runs import CACHE_DIR_NAME, RunStore
 from dashboard.timeline import BINS, EXACT_LIMIT, MARKER_LIMIT

@@ -11,7 +11,8 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analyzer.report.assemble import analyze_model
-from analyzer.report.html import build_figures, mem_unit, render_html
+from analyzer.report.figures import build_figures, mem_unit
+from analyzer.report.html import render_html
 from analyzer.trace.runmeta import read_meta
 from analyzer.trace import load_trace
 

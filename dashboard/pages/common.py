@@ -5,7 +5,7 @@ from urllib.parse import quote
 
 from dash import dcc, html
 
-from analyzer.report.html import CAUSE_COLORS, SEVERITY_COLORS
+from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
 
 
 def run_href(run_id: str) -> str:
