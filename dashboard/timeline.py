@@ -19,12 +19,12 @@ from dataclasses import fields
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext
+from analyzer.views.context import AnalysisContext
 from analyzer.views.frames import outermost_op
 from analyzer.views.sites import runtime_site
 from analyzer.views.idle import CAUSES
 from analyzer.report.figures import window_start_us
-from analyzer.report.units import fmt_pct, fmt_us
+from analyzer.units import fmt_pct, fmt_us
 from analyzer.views.timeline import activity_mask, merge_intervals
 from analyzer.trace import TraceModel
 

@@ -8,7 +8,8 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import us
 from analyzer.views.frames import outermost_op
 from analyzer.views.idle import ALLOCATOR
 from analyzer.views.onetime import NONE
@@ -47,14 +48,11 @@ def _downsample(ts: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
 def detect(ctx: AnalysisContext) -> DetectorResult:
     model, mem, rt = ctx.model, ctx.model.memory, ctx.model.runtime
     cuda = (mem.device_type == 1) & ~mem.is_oom
-    devices = sorted(set(mem.device_id[cuda].tolist()))
     timelines, peaks = {}, {}
     allocations = int(((mem.bytes > 0) & cuda).sum())
     drops, growth = {"count": 0, "bytes": 0}, {"count": 0, "bytes": 0}
-    for dev in devices:
-        rows = np.flatnonzero(cuda & (mem.device_id == dev))
-        rows = rows[np.argsort(mem.ts_ns[rows], kind="stable")]
-        ts, alloc, reserved = mem.ts_ns[rows], mem.total_allocated[rows], mem.total_reserved[rows]
+    for series in ctx.memory_series:
+        dev, ts, alloc, reserved = series.device, series.ts_ns, series.allocated, series.reserved
         cached = reserved - alloc
         step = np.diff(reserved)
         growth["count"] += int((step > 0).sum())

@@ -8,9 +8,10 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
-from analyzer.report.units import fmt_us
+from analyzer.units import fmt_fine_us, fmt_us
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.views.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
@@ -22,7 +23,7 @@ CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it ho
 
 
 def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0) -> DetectorResult:
-    model, idle = ctx.model, ctx.idle
+    idle = ctx.idle
     window_us = ctx.timeline.window_ns / 1e3
     dur = idle.duration_ns
     by_cause = {c: us(idle.total_ns(i)) for i, c in enumerate(CAUSES)}
@@ -404,10 +405,6 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
     return [parent, *children]
 
 
-def fmt_short(value_us: float) -> str:
-    return f"{value_us * 1e3:.0f} ns" if value_us < 1 else f"{value_us:.1f} µs"
-
-
 def share_text(part: float, whole: float) -> str:
     share = 100 * part / whole if whole else 0.0
     return "<1%" if 0 < share < 1 else f"{share:.0f}%"
@@ -445,7 +442,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
                f"still behind the CPU when recording started)." if before_us else "")
     return [Finding(
         kind="queued", severity=severity_for(impact, window_us),
-        title=f"GPU idle between work that was already queued ({n} gaps, mean {fmt_short(impact / n)})",
+        title=f"GPU idle between work that was already queued ({n} gaps, mean {fmt_fine_us(impact / n)})",
         call_site=None, impact_us=impact, count=n, id="queued",
         advice="Nothing on the CPU delayed these: the next work had been launched before the GPU ran dry. They are "
                "the device's own latency between back-to-back kernels" + (" (here mostly between a replayed graph's "

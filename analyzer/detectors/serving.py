@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.views import waits
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import EVENT_LOOP_IDLE, THREAD_HOP
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import us
 from analyzer.views.frames import op_chain, outermost_op, parse_frame
 from analyzer.views.idle import SYNC
 from analyzer.views.instrumentation import PROFILER_FRAME
@@ -74,9 +75,9 @@ def _blocking_events(ctx: AnalysisContext) -> list[list[int]]:
     model = ctx.model
     rt = model.runtime
     classes = ctx.runtime_classes
-    blocking_copies = set(apis.blocking_copy_rows(model).tolist())
-    syncs = np.flatnonzero((classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)).tolist()
-    rows = sorted(set(syncs) | blocking_copies, key=lambda r: rt.start_ns[r])
+    copies = ctx.blocking & (classes != apis.IS_SYNC) & (classes != apis.IS_SYNC_COPY)  # pageable async copies
+    blocking_copies = set(np.flatnonzero(copies).tolist())
+    rows = sorted(np.flatnonzero(ctx.blocking).tolist(), key=lambda r: rt.start_ns[r])
     # D2H copies into pinned memory do not block by themselves but say what the following sync was for
     groups: list[list[int]] = []
     # op row (or, on a thread the profiler records no ops for, the Python frame) -> blocking copies not yet followed

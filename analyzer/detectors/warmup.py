@@ -6,11 +6,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, us
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import WARMUP
 from analyzer.views.onetime import LABELS
-from analyzer.report.units import fmt_us
+from analyzer.units import fmt_us
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:

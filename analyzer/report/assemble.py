@@ -9,7 +9,8 @@ import numpy as np
 
 from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
-from analyzer.detectors.base import SEVERITIES, us
+from analyzer.detectors.base import SEVERITIES
+from analyzer.units import us
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
 from analyzer.views.sites import describe_site, site_keys

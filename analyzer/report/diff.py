@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from analyzer.report.palette import ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS
 from analyzer.report.plotly_json import template
-from analyzer.report.units import fmt_pct, fmt_us
+from analyzer.units import fmt_pct, fmt_us
 from analyzer.views.idle import CAUSES
 
 MAX_STEP_LINES = 60  # step boundaries drawn as layout shapes; past this only the step lane shows them

@@ -9,7 +9,7 @@ from analyzer.report.figures import _x, figure_dicts, window_start_us
 from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
 from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
 from analyzer.report.plotly_json import plotly_js, plotly_json
-from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_factor, fmt_ms, fmt_pct, fmt_us
 from analyzer.views.idle import CAUSES
 
 TIMELINE_HINT = ("<p class=hint>Drag to zoom (both panels share the time axis), double-click to reset; hover an "
@@ -19,14 +19,6 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False,
 
 
 # ---------------------------------------------------------------- units
-
-def ms(value_us: float | None) -> str:
-    return "–" if value_us is None else f"{value_us / 1e3:.3f}"
-
-
-def _times(factor) -> str:
-    return "–" if factor is None else f"{factor}×"
-
 
 def _esc(value) -> str:
     return "–" if value is None or value == "" else html.escape(str(value))
@@ -106,12 +98,12 @@ def _title(report: dict) -> str:
 def _header(report: dict) -> str:
     s, run = report.get("summary") or {}, report.get("run")
     facts = [f"GPU utilization <b>{fmt_pct(s.get('gpu_utilization'))}</b>",
-             f"busy <b>{ms(s.get('gpu_busy_us'))} ms</b>", f"idle <b>{ms(s.get('gpu_idle_us'))} ms</b>",
-             f"window <b>{ms(s.get('window_us'))} ms</b>", f"steps <b>{_esc(s.get('steps'))}</b>"]
+             f"busy <b>{fmt_ms(s.get('gpu_busy_us'))} ms</b>", f"idle <b>{fmt_ms(s.get('gpu_idle_us'))} ms</b>",
+             f"window <b>{fmt_ms(s.get('window_us'))} ms</b>", f"steps <b>{_esc(s.get('steps'))}</b>"]
     st = s.get("step_time_us")
     if st and st.get("profiler_dilation") is not None:
         facts.append(f"profiler dilation <b>{_esc(st.get('profiler_dilation'))}×</b> (step p50 "
-                     f"{ms(st.get('profiled_p50'))} ms profiled vs {ms(st.get('unprofiled_p50'))} ms unprofiled)")
+                     f"{fmt_ms(st.get('profiled_p50'))} ms profiled vs {fmt_ms(st.get('unprofiled_p50'))} ms unprofiled)")
     out = [f"<header><h1>{_esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
     for line in (partition_line(report), trace_notes(report)):
         if line:
@@ -131,7 +123,7 @@ def _cause_legend(report: dict) -> str:
     gaps = report.get("gaps") or {}
     by, count = gaps.get("by_cause") or {}, gaps.get("count_by_cause") or {}
     chips = [f"<span class=chip style='--c:{CAUSE_COLORS.get(c, '#999')}'>idle: {html.escape(c)} "
-             f"<b>{ms(by.get(c))} ms</b> ({_esc(count.get(c, 0))} gaps)</span>" for c in CAUSES if by.get(c)]
+             f"<b>{fmt_ms(by.get(c))} ms</b> ({_esc(count.get(c, 0))} gaps)</span>" for c in CAUSES if by.get(c)]
     return "<p class=chips>" + "".join(chips) + "</p>" if chips else ""
 
 
@@ -159,7 +151,7 @@ def _findings_table(report: dict) -> str:
                  f"{_esc(f.get('advice'))}</p>{_context(f.get('detail', {}).get('context'))}</details>")
         rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{_esc(sev)}</span>",
                      _esc(f.get("kind")), title, _where(f),
-                     _esc(f.get("count")), f"<span class=num>{ms(f.get('impact_us'))}</span>"])
+                     _esc(f.get("count")), f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
     return _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle (ms)"],
                   rows, "findings")
 
@@ -172,7 +164,7 @@ def _context(frames) -> str:
 
 def _top_gaps_table(report: dict, limit: int = 10) -> str:
     t0 = window_start_us(report)
-    rows = [[f"<span class=num>{_x(g['ts_us'], t0):.3f}</span>", f"<span class=num>{ms(g.get('dur_us'))}</span>",
+    rows = [[f"<span class=num>{_x(g['ts_us'], t0):.3f}</span>", f"<span class=num>{fmt_ms(g.get('dur_us'))}</span>",
              f"<span class=chip style='--c:{CAUSE_COLORS.get(g.get('cause'), '#999')}'>{_esc(g.get('cause'))}</span>",
              _esc(g.get("step")), _esc(g.get("op")), _esc(g.get("runtime_call")),
              f"{_where(g)}<details><summary>stack</summary>{_context(g.get('context'))}"
@@ -203,13 +195,13 @@ def _launch_tables(report: dict) -> str:
         ["profiled step", fmt_us(cg.get("profiled_step_us"))],
         ["eager step", f"{fmt_us(cg.get('eager_step_us'))} ({_esc(cg.get('eager_step_source'))})"],
         ["estimated CUDA-graph step", fmt_us(cg.get("estimated_graph_step_us"))],
-        ["estimated speedup", _times(cg.get("estimated_speedup"))],
+        ["estimated speedup", fmt_factor(cg.get("estimated_speedup"))],
         ["recoverable per step", fmt_us(cg.get("recoverable_us_per_step"))],
     ]
     measured = cg.get("measured")
     if measured:
         graph_rows.append(["measured (meta.json)", f"eager {fmt_us(measured.get('eager_step_us'))} → CUDA graph "
-                           f"{fmt_us(measured.get('cuda_graph_step_us'))}, {_times(measured.get('speedup'))}"])
+                           f"{fmt_us(measured.get('cuda_graph_step_us'))}, {fmt_factor(measured.get('speedup'))}"])
     if not cg:
         mc = (report.get("run") or {}).get("mode_comparison") or {}
         graphs = gaps.get("graphs") or {}
@@ -228,7 +220,7 @@ def _launch_tables(report: dict) -> str:
 def _sync_table(report: dict) -> str:
     rows = [[_where(s) + _source_lines(s.get("source_lines")),
              _esc(s.get("kind")), _esc(s.get("api")), _esc(s.get("op")), _esc(s.get("count")),
-             f"<span class=num>{ms(s.get('wait_us'))}</span>", f"<span class=num>{ms(s.get('drain_us'))}</span>"]
+             f"<span class=num>{fmt_ms(s.get('wait_us'))}</span>", f"<span class=num>{fmt_ms(s.get('drain_us'))}</span>"]
             for s in report.get("syncs") or []]
     totals = report.get("sync_totals") or {}
     note = (f"<p class=hint>{_esc(totals.get('total_blocking_calls'))} blocking calls; wait = host time inside "
@@ -260,7 +252,7 @@ def _allocator_tables(report: dict) -> str:
     if delta:
         rows.append(["torch.cuda.memory_stats delta", _esc(", ".join(f"{k} {v}" for k, v in delta.items()))])
     sites = [[_where(s), _esc(s.get("op")), _esc(s.get("cuda_malloc")),
-              _esc(s.get("cuda_free")), f"<span class=num>{ms(s.get('total_us'))}</span>",
+              _esc(s.get("cuda_free")), f"<span class=num>{fmt_ms(s.get('total_us'))}</span>",
               fmt_bytes(s.get("bytes_reserved")), fmt_bytes(s.get("bytes_released"))] for s in a.get("sites") or []]
     return ("<div class=cols><div><h3>Summary</h3>" + _table(["metric", "value"], rows, "kv") + "</div></div>"
             + f"<h3>{names['malloc']} / {names['free']} call sites</h3>"
@@ -318,7 +310,7 @@ def _serving_section(report: dict) -> str:
     for label, part in parked:
         if part.get("count"):
             site = named_site(part)
-            parts.append(f"<p>GPU idle with the launching thread parked ({_esc(label)}): <b>{ms(part['idle_us'])} ms"
+            parts.append(f"<p>GPU idle with the launching thread parked ({_esc(label)}): <b>{fmt_ms(part['idle_us'])} ms"
                          f"</b> in {_esc(part['count'])} gaps" + (f", most after <code>{_esc(site)}</code>" if site
                                                                   else "") + ".</p>")
     fmt = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731

@@ -1,7 +1,7 @@
 """report.md: made to be pasted into a GitHub issue (tables, collapsible details, bounded size)."""
 from __future__ import annotations
 
-from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us
 
 MAX_CHARS = 60_000
 MAX_STEP_ROWS = 24
@@ -208,8 +208,8 @@ def _serving(report: dict) -> list[str]:
         lines += ["GPU idle with the launching thread parked: " + "; ".join(parked) + ".", ""]
     requests = (latency or {}).get("per_request") or []
     if requests:
-        rows = [[r["id"], r["prompt_tokens"], r["output_tokens"], _ms(r["queue_ms"]), _ms(r["ttft_ms"]),
-                 _ms(r["tpot_ms"]), _ms(r["latency_ms"])] for r in requests[:MAX_REQUEST_ROWS]]
+        rows = [[r["id"], r["prompt_tokens"], r["output_tokens"], fmt_ms_value(r["queue_ms"]), fmt_ms_value(r["ttft_ms"]),
+                 fmt_ms_value(r["tpot_ms"]), fmt_ms_value(r["latency_ms"])] for r in requests[:MAX_REQUEST_ROWS]]
         body = _table(["request", "prompt", "output", "queued", "TTFT", "TPOT", "latency"], rows)
         if len(requests) > MAX_REQUEST_ROWS:
             body.append(f"_({len(requests) - MAX_REQUEST_ROWS} more requests in report.json)_")
@@ -231,10 +231,6 @@ def _serving(report: dict) -> list[str]:
 def named_site(part: dict) -> str | None:
     """The serving cause's site that explains the most idle time, skipping gaps it could not attribute."""
     return next((s["call_site"] for s in part.get("sites") or [] if s["call_site"] != "(unknown)"), None)
-
-
-def _ms(value) -> str:
-    return "–" if value is None else f"{value:.1f} ms"
 
 
 def _gap_details(report: dict) -> list[str]:

@@ -97,8 +97,16 @@ def collect_gaps(model: TraceModel, timeline: GpuTimeline) -> Gaps:
                 np.concatenate([np.full(len(d.idle_starts), d.device) for d in devices]), next_gpu, launch)
 
 
-def classify_idle(model: TraceModel, timeline: GpuTimeline, classes: np.ndarray, one_time: np.ndarray,
-                  first_call_ops: np.ndarray, instrumentation: np.ndarray,
+@dataclasses.dataclass(frozen=True)
+class CallRoles:
+    """What each runtime row is, as the layers need it (the analysis context computes each once)."""
+    classes: np.ndarray  # analyzer.views.apis class codes
+    blocking: np.ndarray  # bool: blocks the CPU until GPU work finishes
+    one_time: np.ndarray  # analyzer.views.onetime label codes (0: steady state)
+    instrumentation: np.ndarray  # bool: the measurement's own call
+
+
+def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, first_call_ops: np.ndarray,
                   graphs: GraphUse) -> tuple[Gaps, IdlePieces]:
     gaps = collect_gaps(model, timeline)
     rt = model.runtime
@@ -126,7 +134,7 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, classes: np.ndarray,
     keys = thread_keys([rt.pid, fr.pid, ops.pid[first_call_ops], graphs.capture_pid],
                        [rt.tid, fr.tid, ops.tid[first_call_ops], graphs.capture_tid])
     gap_key = np.where(carved, keys[0][safe] if len(rt) else -1, -1)
-    layers = _layers(model, classes, one_time, instrumentation, first_call_ops, graphs, *keys)
+    layers = _layers(model, roles, first_call_ops, graphs, *keys)
     return gaps, _carve(a, b, gap_key, remainder, launch, layers)
 
 
@@ -142,10 +150,10 @@ def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.n
     return both & ((rt.pid[p] != rt.pid[q]) | (rt.tid[p] != rt.tid[q]))
 
 
-def _layers(model: TraceModel, classes: np.ndarray, one_time: np.ndarray, tool: np.ndarray,
-            first_call_ops: np.ndarray, graphs: GraphUse, rt_key: np.ndarray, fr_key: np.ndarray, op_key: np.ndarray,
-            capture_key: np.ndarray) -> list[_Layer]:
+def _layers(model: TraceModel, roles: CallRoles, first_call_ops: np.ndarray, graphs: GraphUse, rt_key: np.ndarray,
+            fr_key: np.ndarray, op_key: np.ndarray, capture_key: np.ndarray) -> list[_Layer]:
     rt, fr, ops = model.runtime, model.frames, model.ops
+    classes, one_time, tool = roles.classes, roles.one_time, roles.instrumentation
 
     def none(n: int) -> np.ndarray:
         return np.full(n, -1, np.int64)
@@ -157,10 +165,8 @@ def _layers(model: TraceModel, classes: np.ndarray, one_time: np.ndarray, tool: 
     def frame_layer(cause: int, rows: np.ndarray) -> _Layer:
         return _Layer(cause, fr_key[rows], fr.start_ns[rows], fr.end_ns[rows], none(len(rows)), rows, none(len(rows)))
 
-    blocking = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
-    blocking[apis.blocking_copy_rows(model)] = True
     memory = (classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)
-    blocking &= ~memory
+    blocking = roles.blocking & ~memory
     layers = [
         frame_layer(PROFILER, waits.matching_frames(model, PROFILER_FRAME)),
         calls(PROFILER, tool),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import us
+from analyzer.units import us
 from analyzer.views.idle import CAUSES
 from analyzer.views.timeline import activity_mask
 

@@ -7,7 +7,7 @@ from dash import Input, Output, dcc, html
 
 from analyzer.report.diff import compare, render_diff_markdown
 from analyzer.errors import UsageError
-from analyzer.report.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, diff_figure
 from dashboard.pages.common import badge, error_card, markdown_block, run_href
 from dashboard.runs import RunStore

@@ -11,7 +11,7 @@ from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
 from analyzer.report.markdown import numbered
-from analyzer.report.units import fmt_pct, fmt_us
+from analyzer.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
                                     severity_badge)

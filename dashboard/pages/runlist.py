@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from analyzer.report.units import fmt_pct
+from analyzer.units import fmt_pct
 from dashboard.pages.common import error_card, run_href, severity_badge
 from dashboard.runs import RunRow, RunStore
 

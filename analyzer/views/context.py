@@ -1,0 +1,128 @@
+"""The analysis context: the trace model, the run's metadata, and every view derived from them, each computed once
+on first use and shared by the detectors, the report and the dashboard's lanes."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from analyzer.trace import TraceModel
+from analyzer.trace.runmeta import RunMeta
+from analyzer.views import apis
+from analyzer.views.frames import FrameIndex
+from analyzer.views.graphs import GraphUse, graph_use
+from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
+from analyzer.views.instrumentation import instrumentation_rows
+from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.views.steps import StepRanges, step_ranges
+from analyzer.views.timeline import GpuTimeline, build_timeline
+from analyzer.views.traits import TraceTraits, trace_traits
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySeries:
+    """One device's CUDA [memory] events in time order: allocated and reserved bytes after each."""
+    device: int
+    rows: np.ndarray  # rows of model.memory
+    ts_ns: np.ndarray
+    allocated: np.ndarray
+    reserved: np.ndarray
+
+
+class AnalysisContext:
+    """The trace model plus what is derived from it once and read by several detectors."""
+
+    def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = ()):
+        self.model = model
+        self.meta = meta
+        self.user_code = tuple(user_code)
+
+    @functools.cached_property
+    def timeline(self) -> GpuTimeline:
+        return build_timeline(self.model)
+
+    @functools.cached_property
+    def frames(self) -> FrameIndex:
+        return FrameIndex(self.model, self.user_code)
+
+    @functools.cached_property
+    def runtime_classes(self) -> np.ndarray:
+        return apis.runtime_classes(self.model)
+
+    @functools.cached_property
+    def steps(self) -> StepRanges:
+        return step_ranges(self.model)
+
+    @functools.cached_property
+    def graphs(self) -> GraphUse:
+        return graph_use(self.model, self.runtime_classes)
+
+    @functools.cached_property
+    def traits(self) -> TraceTraits:
+        return trace_traits(self.model, self.graphs, self.steps.names, bool((self.frames.generated_frame >= 0).any()))
+
+    @functools.cached_property
+    def one_time(self) -> np.ndarray:
+        """Per runtime row: its analyzer.views.onetime label code (0: a steady-state call)."""
+        return one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
+
+    @functools.cached_property
+    def instrumentation(self) -> np.ndarray:
+        """Per runtime row: the measurement's own call (analyzer.views.instrumentation), not the workload's."""
+        return instrumentation_rows(self.model, self.frames, self.runtime_classes)
+
+    @functools.cached_property
+    def _idle(self) -> tuple[Gaps, IdlePieces]:
+        roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
+        return classify_idle(self.model, self.timeline, roles, first_call_ops(self.model, self.outermost_ops),
+                             self.graphs)
+
+    @property
+    def gaps(self) -> Gaps:
+        return self._idle[0]
+
+    @property
+    def idle(self) -> IdlePieces:
+        """Every idle nanosecond of every device, cut into pieces of one cause each."""
+        return self._idle[1]
+
+    @functools.cached_property
+    def outermost_ops(self) -> np.ndarray:
+        """For every op row: the outermost enclosing cpu_op (annotations skipped), by pointer jumping."""
+        ops = self.model.ops
+        is_ann = ops.is_annotation.astype(bool)
+        best = np.where(is_ann, -1, np.arange(len(ops)))
+        cur = ops.parent.copy()
+        while True:
+            live = np.flatnonzero(cur >= 0)
+            if not len(live):
+                return best
+            up = cur[live]
+            take = ~is_ann[up]
+            best[live[take]] = up[take]
+            cur[live] = ops.parent[up]
+
+    def name(self, code: int) -> str:
+        return self.model.names[code]
+
+    @functools.cached_property
+    def blocking(self) -> np.ndarray:
+        """Per runtime row: a call that blocks the CPU until GPU work finishes (synchronize, synchronous copy, or
+        an async copy to or from pageable memory)."""
+        classes = self.runtime_classes
+        rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
+        rows[apis.blocking_copy_rows(self.model)] = True
+        return rows
+
+    @functools.cached_property
+    def memory_series(self) -> tuple[MemorySeries, ...]:
+        mem = self.model.memory
+        cuda = (mem.device_type == 1) & ~mem.is_oom
+        out = []
+        for device in sorted(set(mem.device_id[cuda].tolist())):
+            rows = np.flatnonzero(cuda & (mem.device_id == device))
+            rows = rows[np.argsort(mem.ts_ns[rows], kind="stable")]
+            out.append(MemorySeries(int(device), rows, mem.ts_ns[rows], mem.total_allocated[rows],
+                                    mem.total_reserved[rows]))
+        return tuple(out)
