@@ -44,7 +44,7 @@ def render_all(report: dict) -> dict[str, str]:
 
 def print_summary(report: dict, written: list[Path]) -> None:
     from analyzer.report.markdown import headline, numbered, partition_line
-    from analyzer.report.units import fmt_us
+    from analyzer.units import fmt_us
     print(f"trace:   {report['source']['trace']}")
     print("summary: " + headline(report).replace("**", ""))
     findings = report["findings"]
