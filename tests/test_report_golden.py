@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.cli_analyze import render_all
+from analyzer.report.files import _jsonable
 from analyzer.trace.inputs import resolve_inputs
 
 ROOT = Path(__file__).resolve().parent
@@ -39,7 +40,7 @@ def digests(path: Path) -> dict[str, str]:
     files = render_all(report)
 
     def sha(value) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=_jsonable)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     out = {f"json.{key}": sha(value) for key, value in sorted(report.items())}

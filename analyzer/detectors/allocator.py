@@ -8,7 +8,7 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import outermost_op
 from analyzer.views.idle import ALLOCATOR
@@ -73,7 +73,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     by_api = defaultdict(lambda: {"count": 0, "total_us": 0.0})
     steps = ctx.steps
     per_step = {name: {"reserve_calls": 0, "release_calls": 0, "allocations": 0} for name in steps.names}
-    sites: dict[int, dict] = {}
+    sites = SiteTable(sums=("total_us", "gpu_idle_us"), count=None)
     keys = site_keys(ctx, rt.frame[calls], rt.op[calls], rt.name[calls]) if len(calls) else []
     drained = defaultdict(float)
     idle = ctx.idle
@@ -94,34 +94,28 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             per_step[steps.names[step]]["reserve_calls" if reserve else "release_calls"] += 1
         frame = int(rt.frame[r])
         op = int(rt.op[r])
-        entry = sites.get(key)
-        if entry is None:
+        def new_site(key=key, frame=frame, op=op) -> dict:
             site = describe_site(ctx, key, frame)
-            entry = sites[key] = {
-                "call_site": site["label"], "library_site": site["library_below"], "site": site,
-                "cuda_malloc": 0, "cuda_free": 0, "warmup_calls": 0, "total_us": 0.0, "gpu_idle_us": 0.0,
-                "bytes_reserved": 0, "bytes_released": 0, "steps": set(),
-                "op": model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None,
-                "context": ctx.frames.context(frame), "occurrences": []}
-        entry["cuda_malloc" if reserve else "cuda_free"] += 1
-        entry["warmup_calls"] += warmup
-        entry["total_us"] += (rt.end_ns[r] - rt.start_ns[r]) / 1e3
-        entry["gpu_idle_us"] += drained.get(r, 0.0)
+            return {"call_site": site["label"], "library_site": site["library_below"], "site": site,
+                    "cuda_malloc": 0, "cuda_free": 0, "warmup_calls": 0, "bytes_reserved": 0, "bytes_released": 0,
+                    "steps": set(), "op": model.names[model.ops.name[outermost_op(model, op)]] if op >= 0 else None,
+                    "context": ctx.frames.context(frame)}
+
+        entry = sites.add(key, new_site, (us(rt.start_ns[r]), us(rt.end_ns[r]), api),
+                          **{"cuda_malloc" if reserve else "cuda_free": 1}, warmup_calls=int(warmup),
+                          total_us=(rt.end_ns[r] - rt.start_ns[r]) / 1e3, gpu_idle_us=drained.get(r, 0.0))
         if step >= 0:
             entry["steps"].add(step)
         delta = _reserved_change(mem_cuda_ts, mem_cuda_reserved, int(rt.start_ns[r]), int(rt.end_ns[r]))
         if delta is not None:
             entry["bytes_reserved" if delta > 0 else "bytes_released"] += abs(delta)
-        if len(entry["occurrences"]) < 16:
-            entry["occurrences"].append((us(rt.start_ns[r]), us(rt.end_ns[r]), api))
     if len(steps):
         alloc_steps = steps.index_at(mem.ts_ns[cuda & (mem.bytes > 0)])
         for k, n in zip(*np.unique(alloc_steps[alloc_steps >= 0], return_counts=True)):
             per_step[steps.names[int(k)]]["allocations"] = int(n)
-    site_list = sorted(sites.values(), key=lambda s: -(s["cuda_malloc"] + s["cuda_free"]))
+    site_list = sites.rows(lambda s: -(s["cuda_malloc"] + s["cuda_free"]))
     for s in site_list:
         s["steps_with_calls"] = len(s.pop("steps"))
-        s["total_us"], s["gpu_idle_us"] = round(s["total_us"], 3), round(s["gpu_idle_us"], 3)
     reserve_calls = sum(v["count"] for k, v in by_api.items() if k in apis.ALLOC_RESERVE)
     release_calls = sum(v["count"] for k, v in by_api.items() if k not in apis.ALLOC_RESERVE)
     idle_us = idle.total_ns(ALLOCATOR) / 1e3

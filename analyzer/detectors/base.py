@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from analyzer.views.context import AnalysisContext
 
-__all__ = ["AnalysisContext", "DetectorResult", "Finding", "SEVERITIES", "severity_for"]
+__all__ = ["AnalysisContext", "DetectorResult", "Finding", "SEVERITIES", "SiteTable", "severity_for"]
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -49,3 +49,38 @@ def severity_for(impact_us: float, window_us: float) -> str:
     if share >= 0.002:
         return "low"
     return "info"
+
+
+class SiteTable:
+    """Rows keyed by call site (or any key), each made once by `new()` on the key's first event: `add` counts one
+    event, adds its values to the row's sums and keeps its first occurrences (`kept` says whether this one was);
+    `rows` returns them ranked, sums rounded."""
+
+    def __init__(self, *, sums: tuple[str, ...] = (), count: str | None = "count", max_occurrences: int = 16):
+        self._sums, self._count, self._max = sums, count, max_occurrences
+        self._rows: dict[Any, dict] = {}
+        self.kept = False
+
+    def add(self, key, new: Callable[[], dict], occurrence: tuple | None = None, **values) -> dict:
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = new()
+            if self._count:
+                row[self._count] = 0
+            row.update({name: 0.0 for name in self._sums if name not in row})
+            row.setdefault("occurrences", [])
+        if self._count:
+            row[self._count] += 1
+        for name, value in values.items():
+            row[name] += value
+        self.kept = occurrence is not None and len(row["occurrences"]) < self._max
+        if self.kept:
+            row["occurrences"].append(occurrence)
+        return row
+
+    def rows(self, rank: Callable[[dict], Any]) -> list[dict]:
+        out = sorted(self._rows.values(), key=rank)
+        for row in out:
+            for name in self._sums:
+                row[name] = round(row[name], 3)
+        return out

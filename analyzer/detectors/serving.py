@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.views import waits
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import EVENT_LOOP_IDLE, THREAD_HOP
@@ -35,7 +35,7 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     a, b = idle.start_ns[sel], idle.end_ns[sel]
     launch = ctx.gaps.launch[idle.gap[sel]]  # the thread that launched the work the GPU waited for
     total = float((b - a).sum()) / 1e3
-    by_site: dict[str, dict] = {}
+    by_site = SiteTable(sums=("idle_us",), max_occurrences=8)
     if len(a):
         order = np.argsort(a - b, kind="stable")[:_MAX_ATTRIBUTED]  # the longest first
         wait_rows = waits.matching_frames(model, pattern)
@@ -45,17 +45,13 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
             if key not in threads:
                 threads[key] = _ThreadFrames(ctx, key, wait_rows)
             site = threads[key].site(int(a[i]), int(b[i]), same_thread)
-            entry = by_site.setdefault(site, {"call_site": site, "count": 0, "idle_us": 0.0, "max_us": 0.0,
-                                              "occurrences": []})
             d = (int(b[i]) - int(a[i])) / 1e3
-            entry["count"] += 1
-            entry["idle_us"] += d
+            entry = by_site.add(site, lambda site=site: {"call_site": site, "max_us": 0.0}, (us(a[i]), us(b[i])),
+                                idle_us=d)
             entry["max_us"] = max(entry["max_us"], d)
-            if len(entry["occurrences"]) < 8:
-                entry["occurrences"].append((us(a[i]), us(b[i])))
-    sites = sorted(by_site.values(), key=lambda s: -s["idle_us"])
+    sites = by_site.rows(lambda s: -s["idle_us"])
     for s in sites:
-        s["idle_us"], s["max_us"] = round(s["idle_us"], 3), round(s["max_us"], 3)
+        s["max_us"] = round(s["max_us"], 3)
     return {"idle_us": round(total, 3), "count": int(len(np.unique(idle.gap[sel]))), "sites": sites[:20]}
 
 

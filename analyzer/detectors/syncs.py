@@ -7,7 +7,7 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.views import apis
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import op_chain, outermost_op, parse_frame
 from analyzer.views.idle import SYNC
@@ -170,7 +170,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     rt = model.runtime
     steps = ctx.steps
     drained = _drains_by_row(ctx)
-    sites: dict[tuple, dict] = {}
+    sites = SiteTable(sums=("wait_us", "drain_us"))
     copies_by_op = _copies_by_op(ctx)
     groups = _blocking_events(ctx)
     lasts = np.asarray([g[-1] for g in groups], np.int64)
@@ -187,32 +187,26 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         spans = sorted(span for r in group for span in drained.get(r, ()))
         drain = sum(e - s for s, e in spans)
         api = model.names[rt.name[blocked]]
-        entry = sites.get((key, kind))
-        if entry is None:
+        def new_site(frame=frame, key=key, kind=kind, api=api, op_name=op_name, api_detail=api_detail,
+                     copy_name=copy_name) -> dict:
             lines = _meta_lines(ctx, ctx.frames.name(ctx.frames.user_frame_of(frame)),
                                 ctx.frames.name(ctx.frames.library_frame_of(frame)))
             site = _exact_site(ctx, key, frame, lines)
-            entry = sites[(key, kind)] = {
-                "call_site": site["label"], "library_site": site["library_below"], "site": site,
-                "frame": site["call_frame"], "kind": kind, "api": api, "apis": defaultdict(int), "op": op_name,
-                "api_detail": api_detail, "copy": copy_name, "count": 0, "wait_us": 0.0, "drain_us": 0.0,
-                "per_step": defaultdict(int), "source_lines": [{"file": s["file"], "line": s["line"],
-                                                                "code": s.get("code", "")} for s in lines],
-                "context": ctx.frames.context(frame), "occurrences": [], "drains_us": [],
-            }
-        entry["count"] += 1
+            return {"call_site": site["label"], "library_site": site["library_below"], "site": site,
+                    "frame": site["call_frame"], "kind": kind, "api": api, "apis": defaultdict(int), "op": op_name,
+                    "api_detail": api_detail, "copy": copy_name, "per_step": defaultdict(int),
+                    "source_lines": [{"file": s["file"], "line": s["line"], "code": s.get("code", "")} for s in lines],
+                    "context": ctx.frames.context(frame), "drains_us": []}
+
+        entry = sites.add((key, kind), new_site, (us(rt.start_ns[group[0]]), us(rt.end_ns[last])),  # the call(s)
+                          wait_us=wait / 1e3, drain_us=drain / 1e3)
         entry["apis"][api] += 1
-        entry["wait_us"] += wait / 1e3
-        entry["drain_us"] += drain / 1e3
         step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
         entry["per_step"][steps.names[step] if step >= 0 else "(outside steps)"] += 1
-        if len(entry["occurrences"]) < 16:
-            entry["occurrences"].append((us(rt.start_ns[group[0]]), us(rt.end_ns[last])))  # the blocking call(s)
-            if spans:
-                entry["drains_us"].append((us(spans[0][0]), us(spans[-1][1])))  # the GPU idle it caused
-    site_list = sorted(sites.values(), key=lambda s: (-s["drain_us"], -s["count"]))
+        if sites.kept and spans:
+            entry["drains_us"].append((us(spans[0][0]), us(spans[-1][1])))  # the GPU idle it caused
+    site_list = sites.rows(lambda s: (-s["drain_us"], -s["count"]))
     for s in site_list:
-        s["wait_us"], s["drain_us"] = round(s["wait_us"], 3), round(s["drain_us"], 3)
         s["per_step"] = dict(s["per_step"])
         s["apis"] = dict(s["apis"])
         s["api"] = max(s["apis"], key=s["apis"].get)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import WARMUP
@@ -18,7 +18,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     idle, model = ctx.idle, ctx.model
     rt = model.runtime
     sel = np.flatnonzero(idle.cause == WARMUP)
-    parts: dict[tuple[str, str], dict] = {}
+    parts = SiteTable(sums=("idle_us",), count=None, max_occurrences=8)
     for i in sel.tolist():
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
         if r >= 0:
@@ -37,15 +37,12 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         else:
             what, api = "graph capture", f"{ctx.traits.graph_word} capture"
             text = api
-        entry = parts.setdefault((what, api), {"kind": what, "api": api, "text": text, "idle_us": 0.0,
-                                               "calls": set(), "occurrences": []})
-        entry["idle_us"] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
+        entry = parts.add((what, api), lambda what=what, api=api, text=text: {
+            "kind": what, "api": api, "text": text, "calls": set()}, (us(idle.start_ns[i]), us(idle.end_ns[i])),
+            idle_us=(idle.end_ns[i] - idle.start_ns[i]) / 1e3)
         entry["calls"].add(r)
-        if len(entry["occurrences"]) < 8:
-            entry["occurrences"].append((us(idle.start_ns[i]), us(idle.end_ns[i])))
-    breakdown = sorted(parts.values(), key=lambda p: -p["idle_us"])
+    breakdown = parts.rows(lambda p: -p["idle_us"])
     for p in breakdown:
-        p["idle_us"] = round(p["idle_us"], 3)
         p["calls"] = len(p["calls"])
     calls = defaultdict(int)
     for label in ctx.one_time[ctx.one_time > 0].tolist():
