@@ -1,7 +1,8 @@
 """Detectors: pure functions of the analysis context (trace model + optional run metadata), one module each.
 
-Each one is `detect(ctx: AnalysisContext, **thresholds) -> DetectorResult` and is listed once in DETECTORS. Each
-owns the idle pieces of its causes (analyzer.views.idle): launch_gaps cpu_launch and queued, warmup warmup, syncs
+Each one is `detect(ctx: AnalysisContext, **thresholds) -> DetectorResult`, whose `sections` are the report.json keys
+it owns, and is listed once in DETECTORS: the report assembles them as they come, without knowing any. Each owns the
+idle pieces of its causes (analyzer.views.idle): launch_gaps cpu_launch and queued, warmup warmup, syncs
 sync, allocator allocator, serving event_loop_idle and thread_hop; so its top-level findings' impacts partition
 the GPU's idle time with the other detectors'.
 """

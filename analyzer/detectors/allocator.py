@@ -136,7 +136,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         "memory_stats_delta": {k: stats[k] for k in STATS_KEYS if k in stats} if stats else None,
         "oom_events": int(mem.is_oom.sum()),
     }
-    return DetectorResult("allocator", data, tuple(_findings(ctx, data, steps)))
+    return DetectorResult({"allocator": data}, tuple(_findings(ctx, data, steps)))
 
 
 def _reserved_change(ts: np.ndarray, reserved: np.ndarray, start: int, end: int) -> int | None:

@@ -34,8 +34,7 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class DetectorResult:
-    section: str  # key in report.json
-    data: dict[str, Any]
+    sections: dict[str, Any]  # report.json keys this detector owns, with their content
     findings: tuple[Finding, ...] = ()
 
 

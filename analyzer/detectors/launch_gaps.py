@@ -13,7 +13,6 @@ from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
 from analyzer.units import fmt_fine_us, fmt_us
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
-from analyzer.views.steptable import step_table
 from analyzer.trace.joins import Intervals, thread_keys
 from analyzer.views.waits import present_codes
 
@@ -34,7 +33,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     short = (idle.cause == CPU_LAUNCH) & ~long
     sites = _sites(ctx)
     host_work = _host_work(ctx, np.flatnonzero(long))
-    per_step = step_table(ctx)
+    per_step = ctx.step_table
     graph = _graph_estimate(ctx, per_step)
     data = {
         "by_cause": by_cause,
@@ -52,7 +51,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     findings = _launch_findings(ctx, short, window_us, graph, long_gap_us, per_step)
     findings += _host_work_findings(host_work, window_us, long_gap_us)
     findings += _queued_finding(ctx, window_us)
-    return DetectorResult("gaps", data, tuple(findings))
+    return DetectorResult({"gaps": data}, tuple(findings))
 
 
 def _pieces_site_keys(ctx: AnalysisContext, sel: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     data = {"event_loop_idle": loop, "thread_hops": hops, "requests": requests,
             "steps": _steps_with_requests(ctx, requests), "latency": latency,
             "is_serving": bool(requests or latency or loop["count"])}
-    return DetectorResult("serving", data, tuple(_findings(ctx, loop, hops)))
+    return DetectorResult({"serving": data}, tuple(_findings(ctx, loop, hops)))
 
 
 def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool) -> dict:

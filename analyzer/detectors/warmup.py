@@ -49,7 +49,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         calls[LABELS[label]] += 1
     data = {"idle_us": us(idle.duration_ns[sel].sum()), "breakdown": breakdown, "one_time_calls": dict(calls),
             "graph_captures": ctx.graphs.captures}
-    return DetectorResult("warmup", data, tuple(_findings(ctx, data, sel)))
+    return DetectorResult({"warmup": data}, tuple(_findings(ctx, data, sel)))
 
 
 def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding]:

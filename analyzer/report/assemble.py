@@ -25,25 +25,21 @@ def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path, *, user
     results = [detect(ctx) for detect in DETECTORS]
     findings = _ranked([f for r in results for f in r.findings])
     tl = ctx.timeline
-    gaps = next(r.data for r in results if r.section == "gaps")
     report = {
         "schema": REPORT_SCHEMA,
         "tool": {"name": "gpu-idle-analyzer", "version": __version__},
         "source": {"trace": str(source), "meta": str(meta.path) if meta else None,
                    "meta_warnings": list(meta.warnings) if meta else []},
-        "summary": _summary(ctx, gaps, findings),
+        "summary": _summary(ctx, findings),
         "run": _run_info(meta),
         "trace": _trace_info(model),
-        **{r.section: r.data for r in results},
+        **{key: value for r in results for key, value in r.sections.items()},
         "timeline": _timeline_payload(ctx),
         "findings": [dataclasses.asdict(f) | {"occurrences_us": [list(o) for o in f.occurrences_us]}
                      for f in findings],
         "hta": None,
         "analysis_seconds": round(time.perf_counter() - started, 3),
     }
-    syncs = report.pop("syncs")
-    report["syncs"] = syncs.pop("sites")  # report.json's `syncs` is the list of call sites
-    report["sync_totals"] = syncs
     report["summary"]["top_finding"] = report["findings"][0]["title"] if findings else None
     if not tl.devices:
         report["summary"]["note"] = _no_gpu_note(model)
@@ -90,10 +86,10 @@ def _partition(ctx: AnalysisContext, findings: list) -> dict:
                           " + unexplained (the next work's launch is not in the trace) = GPU idle"}
 
 
-def _summary(ctx: AnalysisContext, gaps: dict, findings: list) -> dict:
+def _summary(ctx: AnalysisContext, findings: list) -> dict:
     tl = ctx.timeline
     window = tl.window_ns
-    steps = gaps["per_step"]
+    steps = ctx.step_table
     summary = {
         "gpu_utilization": round(tl.busy_ns / window, 4) if window else None,
         "gpu_busy_us": us(tl.busy_ns), "gpu_idle_us": us(tl.idle_ns), "window_us": us(window),

@@ -16,6 +16,7 @@ from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.steps import StepRanges, step_ranges
+from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline
 from analyzer.views.traits import TraceTraits, trace_traits
 
@@ -105,6 +106,11 @@ class AnalysisContext:
 
     def name(self, code: int) -> str:
         return self.model.names[code]
+
+    @functools.cached_property
+    def step_table(self) -> list[dict]:
+        """report.json's gaps.per_step: each step's CPU span, the GPU work it launched and the idle before it."""
+        return step_table(self)
 
     @functools.cached_property
     def blocking(self) -> np.ndarray:
