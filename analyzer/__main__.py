@@ -11,10 +11,8 @@ from analyzer.errors import UsageError
 
 
 def _cmd_capture(args) -> int:
-    from analyzer.workload import load_workload
-    workload = load_workload(args.workload, args.set or [])
-    from analyzer.capture import capture
-    return capture(workload, Path(args.out), sys.argv[1:])
+    from analyzer.capture import run_capture
+    return run_capture(args.workload, args.set or [], Path(args.out), sys.argv[1:])
 
 
 def _cmd_analyze(args) -> int:
@@ -34,7 +32,7 @@ def _cmd_dashboard(args) -> int:
 
 
 def _cmd_schema(args) -> int:
-    from analyzer.workload import describe_schema, script_names
+    from analyzer.capture.config import describe_schema, script_names
     print(describe_schema())
     print(f"\nscripts: {', '.join(script_names())}")
     return 0

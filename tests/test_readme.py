@@ -1,7 +1,7 @@
 """The README stays true: its test command is what CI runs, and its schema table is the code's schema."""
 import re
 
-from analyzer.workload import describe_schema
+from analyzer.capture.config import describe_schema
 from conftest import REPO
 
 

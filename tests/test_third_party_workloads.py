@@ -60,7 +60,7 @@ def rejects(result, workload_file, out, *fragments):
 # --- hf_generate: transformers' Qwen2ForCausalLM.generate() ---------------------------------------------------
 
 def test_capture_path_never_imports_transformers():
-    code = ("import sys; import analyzer.capture, analyzer.workload, workloads.base, workloads.decode, "
+    code = ("import sys; import analyzer.capture.runner, analyzer.capture.config, workloads.base, workloads.decode, "
             "workloads.compile_decode; sys.exit('transformers imported' if 'transformers' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                             capture_output=True, text=True, timeout=120)
@@ -83,10 +83,11 @@ def test_hf_generate_without_transformers_is_one_line(tmp_path):
 
 
 def test_new_keys_validate(tmp_path, cli):
-    from analyzer.workload import load_workload
-    assert load_workload(REPO / "workloads/hf_generate.yaml")["hf.max_new_tokens"] == 16
-    wl = load_workload(REPO / "workloads/compile_decode.yaml", ["compile.mode=reduce-overhead"])
-    assert wl["compile.mode"] == "reduce-overhead" and wl.nested()["compile"] == {"mode": "reduce-overhead"}
+    from analyzer.capture.config import load_config
+    assert load_config(REPO / "workloads/hf_generate.yaml").hf.max_new_tokens == 16
+    config = load_config(REPO / "workloads/compile_decode.yaml", ["compile.mode=reduce-overhead"])
+    assert config.compile.mode == "reduce-overhead" and config.as_dict()["compile"] == {"mode": "reduce-overhead"}
+    assert config.options(["compile"]) == {"compile.mode": "reduce-overhead"}  # what the script's __init__ gets
     out = tmp_path / "out"
     rejects(cli("capture", "workloads/compile_decode.yaml", "--out", str(out), "--set", "compile.mode=fast"),
             "workloads/compile_decode.yaml", out, "'compile.mode'", "allowed: default, reduce-overhead")

@@ -1,7 +1,7 @@
 """Every workload mistake is one line naming the file, the key and the allowed values; exit 2; nothing written."""
 import pytest
 
-from analyzer.workload import SCHEMA, describe_schema, load_workload
+from analyzer.capture.config import SCHEMA, describe_schema, load_config
 
 from conftest import REPO
 
@@ -80,8 +80,8 @@ def test_malformed_checkpoint_folder(cli, tmp_path):
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_workloads_validate(path):
-    workload = load_workload(path)
-    assert workload.script_path().is_file()
+    config = load_config(path)
+    assert config.script_path().is_file()
 
 
 def test_schema_documents_every_key():

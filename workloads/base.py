@@ -7,9 +7,11 @@ belong to the capture.
 
 Optional hooks (all have defaults here; the capture also accepts scripts that do not subclass these classes):
 `check_workload(workload, device)` rejects a workload this script cannot run before anything is written (raise
-`analyzer.errors.UsageError`); `option_sections` names schema sections (e.g. `("hf",)`) whose keys reach `__init__`
-as `options` (a dict of dotted keys); `tokens_per_step` is the tokens one `step()` adds per sequence (meta.json's
-tokens/s); `describe()` returns facts about the run for meta.json's `script_info`.
+`analyzer.errors.UsageError`; `workload` is the validated `analyzer.capture.config.CaptureConfig`: `workload.mode`,
+`workload.timing.warmup_steps`, `workload.path`); `option_sections` names schema sections (e.g. `("hf",)`) whose keys
+reach `__init__` as `options` (a dict of dotted keys: `options["hf.max_new_tokens"]`); `tokens_per_step` is the
+tokens one `step()` adds per sequence (meta.json's tokens/s); `describe()` returns facts about the run for meta.json's
+`script_info`. The capture's steps kind (analyzer/capture/steps.py) drives these classes.
 """
 from __future__ import annotations
 

@@ -55,14 +55,14 @@ class Workload(DecodeWorkload):
     @classmethod
     def check_workload(cls, workload, device) -> None:
         where = f"{workload.path}: key"
-        if workload["mode"] != "eager":
+        if workload.mode != "eager":
             raise UsageError(f"{where} 'mode': compile_decode compiles the eager decode step (for CUDA graphs use "
                              f"compile.mode=reduce-overhead); allowed: eager")
-        if workload["timing.compare_modes"]:
+        if workload.timing.compare_modes:
             raise UsageError(f"{where} 'timing.compare_modes': compile_decode has no eager/cuda_graph pair to "
                              f"compare (capture decode.yaml for the eager step); allowed: false")
-        if workload["timing.warmup_steps"] < WARMUP_CALLS:
-            raise UsageError(f"{where} 'timing.warmup_steps': {workload['timing.warmup_steps']} leaves compilation "
+        if workload.timing.warmup_steps < WARMUP_CALLS:
+            raise UsageError(f"{where} 'timing.warmup_steps': {workload.timing.warmup_steps} leaves compilation "
                              f"or CUDA-graph recording in the timed steps; allowed: {WARMUP_CALLS} or more")
         problem = toolchain_problem(device)
         if problem:

@@ -78,9 +78,9 @@ class Workload(BaseWorkload):
 
     @classmethod
     def check_workload(cls, workload, device) -> None:
-        if workload["mode"] != "eager":
+        if workload.mode != "eager":
             raise UsageError(f"{workload.path}: key 'mode': hf_generate runs transformers' own generate(), which has "
-                             f"no {workload['mode']!r} mode; allowed: eager")
+                             f"no {workload.mode!r} mode; allowed: eager")
 
     def __init__(self, model, *, batch_size, prompt_length, capacity, sampling, mode, seed, options):
         super().__init__(model, batch_size=batch_size, prompt_length=prompt_length, capacity=capacity,

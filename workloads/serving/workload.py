@@ -1,4 +1,5 @@
-"""What `python -m analyzer capture` drives for a serving workload: whole sessions of requests, not single steps."""
+"""What `python -m analyzer capture` drives for a serving workload: whole sessions of requests, not single steps
+(the capture's serve kind, analyzer/capture/serve.py)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,16 +1,25 @@
-"""Workload YAML files: the schema, defaults and validation. Imports only the standard library and pyyaml."""
+"""Workload YAML files: the schema table, validation, and the typed config the capture reads.
+
+`SCHEMA` is the one source of every key: its type, default, allowed values and meaning. `load_config()` validates a
+YAML file (+ `--set` overrides) against it, one line per mistake, and returns a frozen `CaptureConfig` whose
+attributes follow the YAML's nesting (`config.profiler.with_stack`, `config.serve.rate`). The typed classes are written
+out so readers and type checkers can follow a key; `config_mismatches()` (run by the tests) checks them against SCHEMA
+both ways, key by key and type by type. Imports only the standard library and pyyaml.
+"""
 from __future__ import annotations
 
-import copy
 import dataclasses
+import functools
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import yaml
 
 from analyzer.errors import UsageError
 
-WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "workloads"
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+WORKLOADS_DIR = REPO_ROOT / "workloads"
 _NOT_SCRIPTS = {"__init__", "base"}
 
 
@@ -94,6 +103,185 @@ FIELDS = {f.key: f for f in SCHEMA}
 _SECTIONS = sorted({f.key.split(".")[0] for f in SCHEMA if "." in f.key})
 
 
+# --- the typed config: one frozen class per YAML section, attributes in SCHEMA's order --------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    preset: str
+    checkpoint: str | None
+    layers: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float
+    top_k: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    warmup_steps: int
+    compare_modes: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilerConfig:
+    wait: int
+    warmup: int
+    active: int
+    record_shapes: bool
+    profile_memory: bool
+    with_stack: bool
+    cuda_sync_events: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    requests: int
+    arrival: Literal["poisson", "uniform", "burst"]
+    rate: float
+    prompt_min: int
+    prompt_max: int
+    output_min: int
+    output_max: int
+    yield_s: float
+    to_thread: bool
+    token_readback: Literal["batched", "item"]
+    warmup_sessions: int
+    timed_sessions: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HFConfig:
+    max_new_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileConfig:
+    mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureConfig:
+    """A validated workload. `path` is the YAML file (error messages name it); every other attribute is a SCHEMA key,
+    a section's keys on its own object. Numbers keep the type the YAML gave them (an int where a float is allowed),
+    so meta.json records the workload as written."""
+    path: Path
+    script: str
+    name: str | None
+    model: ModelConfig
+    dtype: Literal["auto", "float32", "bfloat16", "float16"]
+    device: str
+    batch_size: int
+    prompt_length: int
+    decode_steps: int
+    mode: Literal["eager", "cuda_graph"]
+    seed: int
+    sampling: SamplingConfig
+    timing: TimingConfig
+    profiler: ProfilerConfig
+    serve: ServeConfig
+    hf: HFConfig
+    compile: CompileConfig
+    sync_debug_pass: bool
+
+    @classmethod
+    def from_values(cls, path: Path, values: dict[str, Any]) -> CaptureConfig:
+        """Built from validated values keyed by SCHEMA's dotted keys; every key must land on an attribute."""
+        left = dict(values)
+        config = _build(cls, left, "", {"path": path})
+        if left:
+            raise TypeError(f"schema keys without a CaptureConfig attribute: {', '.join(left)}")
+        return config
+
+    @property
+    def run_name(self) -> str:
+        """The run folder's name: `name`, else the YAML file's stem."""
+        return self.name or self.path.stem
+
+    def script_path(self) -> Path:
+        if self.script.endswith(".py"):
+            return (self.path.parent / self.script).resolve()
+        return WORKLOADS_DIR / f"{self.script}.py"
+
+    def get(self, key: str) -> Any:
+        """The value of a dotted SCHEMA key (`"profiler.with_stack"`)."""
+        return functools.reduce(getattr, key.split("."), self)
+
+    def options(self, sections: typing.Iterable[str]) -> dict[str, Any]:
+        """The keys of these schema sections by dotted key: what a script's `option_sections` receive."""
+        sections = set(sections)
+        return {f.key: self.get(f.key) for f in SCHEMA if f.key.split(".")[0] in sections}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved workload as the YAML would write it, in SCHEMA's order (meta.json's `workload`)."""
+        out: dict[str, Any] = {}
+        for f in SCHEMA:
+            node = out
+            *parents, leaf = f.key.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = self.get(f.key)
+        return out
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str, given: dict[str, Any]):
+    kwargs = dict(given)
+    for attr, hint in _hints(cls).items():
+        if attr in kwargs:
+            continue
+        if dataclasses.is_dataclass(hint):
+            kwargs[attr] = _build(hint, values, f"{prefix}{attr}.", {})
+        elif prefix + attr in values:
+            kwargs[attr] = values.pop(prefix + attr)
+        else:
+            raise TypeError(f"{cls.__name__}.{attr} has no schema key {prefix + attr!r}")
+    return cls(**kwargs)
+
+
+def _typed_keys(cls: type = CaptureConfig, prefix: str = "") -> dict[str, Any]:
+    """Every leaf attribute of the typed config as a dotted key -> its annotation."""
+    keys: dict[str, Any] = {}
+    for attr, hint in _hints(cls).items():
+        if cls is CaptureConfig and attr == "path":
+            continue
+        if dataclasses.is_dataclass(hint):
+            keys.update(_typed_keys(hint, f"{prefix}{attr}."))
+        else:
+            keys[prefix + attr] = hint
+    return keys
+
+
+def _expected_annotation(field: Field) -> Any:
+    kinds = field.kind if isinstance(field.kind, tuple) else (field.kind,)
+    if field.choices:
+        hint = Literal[field.choices]
+    else:
+        hint = float if float in kinds else kinds[0]
+    return Optional[hint] if field.nullable else hint
+
+
+def config_mismatches() -> list[str]:
+    """Where the typed config and SCHEMA disagree: a key without an attribute, an attribute without a key, a type
+    or an order that differs. Empty when they agree (the tests assert so)."""
+    typed = _typed_keys()
+    problems = [f"schema key {k!r} has no CaptureConfig attribute" for k in FIELDS if k not in typed]
+    problems += [f"CaptureConfig attribute {k!r} has no schema key" for k in typed if k not in FIELDS]
+    for key, hint in typed.items():
+        if key in FIELDS and hint != _expected_annotation(FIELDS[key]):
+            problems.append(f"{key!r}: annotated {hint}, schema says {_expected_annotation(FIELDS[key])}")
+    if not problems and list(typed) != list(FIELDS):
+        problems.append("CaptureConfig's attributes are not in SCHEMA's order")
+    return problems
+
+
+# --- validation -------------------------------------------------------------------------------------------------
+
 def _type_name(kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -152,38 +340,9 @@ def parse_override(source: str, text: str) -> tuple[str, Any]:
     return key, value
 
 
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """A validated workload: `values` maps every dotted key of SCHEMA to its value."""
-    path: Path
-    values: dict[str, Any]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
-
-    @property
-    def name(self) -> str:
-        return self.values["name"] or self.path.stem
-
-    def nested(self) -> dict[str, Any]:
-        """The resolved config as the YAML would write it (for meta.json)."""
-        out: dict[str, Any] = {}
-        for key, value in self.values.items():
-            node = out
-            *parents, leaf = key.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[leaf] = copy.deepcopy(value)
-        return out
-
-    def script_path(self) -> Path:
-        script = self.values["script"]
-        if script.endswith(".py"):
-            return (self.path.parent / script).resolve()
-        return WORKLOADS_DIR / f"{script}.py"
-
-
-def load_workload(path: str | Path, overrides: list[str] = ()) -> Workload:
+def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> CaptureConfig:
+    """The workload YAML at `path` with `--set` overrides, validated: any mistake is one UsageError line naming the
+    file, the key and the allowed values."""
     path = Path(path)
     source = str(path)
     try:
@@ -209,7 +368,7 @@ def load_workload(path: str | Path, overrides: list[str] = ()) -> Workload:
         given[key] = value
     values = {f.key: _check_value(source, f, given.get(f.key, f.default)) for f in SCHEMA}
     _check_cross_fields(source, values)
-    return Workload(path, values)
+    return CaptureConfig.from_values(path, values)
 
 
 def _check_cross_fields(source: str, values: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""The exact source line of every synchronizing call, from `torch.cuda.set_sync_debug_mode("warn")`.
+"""The exact source line of every synchronizing call, from `torch.cuda.set_sync_debug_mode("warn")` (the sample phase's
+sync-debug pass).
 
 Kineto names Python frames by function only; this unprofiled pass records file:line. Each warning's stack is walked
 to the innermost frame outside torch, the standard library and site-packages (for `print(tensor)` the warning itself
@@ -17,7 +18,7 @@ SYNC_WARNING = "called a synchronizing CUDA operation"
 _LIBRARY_ROOTS = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdlib"],
                                                         sysconfig.get_paths()["platstdlib"]})
 _TORCH_ROOT = str(Path(torch.__file__).resolve().parent)
-_OWN_ROOT = str(Path(__file__).resolve().parent)
+_OWN_ROOT = str(Path(__file__).resolve().parent.parent)  # analyzer/: this tool's own frames are never a call site
 
 
 def _is_user_frame(filename: str) -> bool:
