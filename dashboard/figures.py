@@ -8,12 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from analyzer.views import apis
-from analyzer.views.idle import CAUSES
-from analyzer.report.figures import mem_unit
-from analyzer.report.plotly_json import packed
+from analyzer.api import CAUSES, REQUEST_STATES, LaneView, TimelineData, TimelineView, mem_unit, packed
 from analyzer.report.palette import ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS
-from dashboard.timeline import REQUEST_STATES, LaneView, TimelineData, TimelineView
 
 STATE_COLORS = {
     "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in CAUSES},
@@ -170,7 +166,7 @@ def _memory(traces: list, data: TimelineData, view: TimelineView, row: int) -> s
                 meta={"kind": key, "device": m.device, "unit": unit}))
     calls = view.allocs
     if len(calls.rows):
-        names = [data.model.names[c] for c in data.model.runtime.name[calls.rows]]
+        reserve = data.reserves(calls.rows)
         first = view.memory[0] if view.memory else None
         if first is not None and len(first.ts):
             at = np.clip(np.searchsorted(first.ts, calls.starts, side="right") - 1, 0, len(first.ts) - 1)
@@ -179,7 +175,7 @@ def _memory(traces: list, data: TimelineData, view: TimelineView, row: int) -> s
             ys = np.zeros(len(calls.rows), np.float32)
         for label, symbol, want in (("cudaMalloc (reserve)", "triangle-up", True),
                                     ("cudaFree (release)", "triangle-down", False)):
-            pick = np.array([(n in apis.ALLOC_RESERVE) == want for n in names])
+            pick = reserve == want
             if not pick.any():
                 continue
             traces.append(_scatter(

@@ -15,9 +15,9 @@ import zlib
 from collections import OrderedDict
 from pathlib import Path
 
+from analyzer import api
+from analyzer.api import RunMeta, TimelineData, is_trace_file, read_meta, trace_stem
 from analyzer.errors import UsageError
-from analyzer.trace.inputs import is_trace_file, resolve_inputs, trace_stem
-from analyzer.trace.runmeta import RunMeta, read_meta
 from dashboard.lru import SizedLru
 
 CACHE_DIR_NAME = ".gpu-idle-cache"
@@ -85,7 +85,7 @@ def discover_runs(root: Path) -> list[Run]:
             if not has_trace:
                 continue
             rel = folder.relative_to(root).as_posix()
-            items = resolve_inputs(folder)
+            items = api.find(folder)
             for item in items:
                 if not _inside(item.trace, root):
                     continue
@@ -163,7 +163,6 @@ class RunStore:
         self._summaries: dict[tuple, dict] = {}
         self._discovery: list[Run] = []
         self._discovered_at = -1e9
-        from dashboard.timeline import TimelineData
         self.timelines = SizedLru(timeline_cache_bytes, TimelineData.nbytes)
 
     # ------------------------------------------------------------ discovery
@@ -250,10 +249,9 @@ class RunStore:
     @staticmethod
     def _load_error(run: Run) -> str | None:
         """The loader's own message for a trace the probe doubts (it fails fast on those)."""
-        from analyzer.trace import TraceError, load_trace
         try:
-            load_trace(run.trace)
-        except TraceError as exc:
+            api.load_model(run.trace, cache=False)
+        except UsageError as exc:
             return str(exc)
         return None
 
@@ -311,31 +309,27 @@ class RunStore:
         return report
 
     def _analyze(self, run: Run) -> dict:
-        # analyze_model rather than build_report: the same steps, but the loaded model stays for the timeline.
-        from analyzer.report.assemble import analyze_model
-        from analyzer.cli_analyze import render_all
-        from analyzer.trace import TraceError, load_trace
-        from dashboard.timeline import TimelineData
         key = (run.run_id, run.stamp())
         try:
-            meta = self.meta(run)
-            model = load_trace(run.trace, cache=True)
-        except (UsageError, TraceError) as exc:
+            analysis = api.analyze(self._trace(run))
+        except UsageError as exc:
             self._errors[key] = str(exc)
-            raise UsageError(str(exc)) from None
-        report = analyze_model(model, meta, run.trace)
-        texts = render_all(report)
+            raise
+        texts = analysis.files
         if not self._persist(run, texts):
             self._memory_texts[key] = {k: v for k, v in texts.items() if k != "report.json"}
-        self._remember(key, report)
-        self.timelines.put(key, TimelineData(model, meta, report))
-        return report
+        self._remember(key, analysis.report)
+        self.timelines.put(key, api.timeline(analysis))  # the analysis's views, not computed again
+        return analysis.report
+
+    def _trace(self, run: Run) -> api.Trace:
+        item = api.TraceInput(run.trace, run.meta, run.out_dir)
+        return api.Trace(item, api.load_model(run.trace, cache=True), self.meta(run))
 
     def _persist(self, run: Run, texts: dict[str, str]) -> bool:
-        from analyzer.report.files import write_reports
         for folder in self._report_dirs(run):
             try:
-                write_reports(folder, texts)
+                api.write_reports(folder, texts)
                 return True
             except (OSError, UsageError):
                 continue
@@ -356,8 +350,7 @@ class RunStore:
             return (path.parent / name).read_text(encoding="utf-8")
         texts = self._memory_texts.get((run.run_id, run.stamp()))
         if texts is None:  # analyzed by an earlier process into a folder we can no longer read: render again
-            from analyzer.cli_analyze import render_all
-            texts = render_all(self.report(run))
+            texts = api.render(self.report(run))
         return texts[name]
 
     # ------------------------------------------------------------ timeline
@@ -371,8 +364,6 @@ class RunStore:
 
     def timeline(self, run: Run):
         """The run's TimelineData (trace model, GPU timeline and gap causes), from the LRU or loaded now."""
-        from analyzer.trace import TraceError, load_trace
-        from dashboard.timeline import TimelineData
         key = (run.run_id, run.stamp())
         data = self.timelines.get(key)
         if data is not None:
@@ -381,12 +372,8 @@ class RunStore:
         with self._run_lock(run.run_id):
             data = self.timelines.get(key)
             if data is None:
-                with self._loads:
-                    try:
-                        model = load_trace(run.trace, cache=True)
-                    except TraceError as exc:
-                        raise UsageError(str(exc)) from None
-                    data = TimelineData(model, self.meta(run), report)
+                with self._loads:  # the report is on disk: the views the lanes read, no detectors
+                    data = api.timeline(api.views(self._trace(run)), report)
                 self.timelines.put(key, data)
         return data
 

@@ -118,7 +118,7 @@ def test_diff_before_and_after_a_fix(cli, tmp_path):
 
 def test_analyze_imports_neither_torch_nor_hta(tmp_path):
     run = copy_run(tmp_path, "decode")
-    code = ("import sys; from analyzer.__main__ import main; main(['analyze', sys.argv[1]]); "
+    code = ("import sys; from analyzer.cli import main; main(['analyze', sys.argv[1]]); "
             "bad = [m for m in ('torch', 'hta', 'pandas') if m in sys.modules]; sys.exit(f'imported {bad}' if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code, str(run)], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli_analyze import build_report
+from analyzer import api
 from analyzer.report.diff import compare
-from analyzer.trace.inputs import resolve_inputs
 from analyzer.report.figures import mem_unit, window_start_us
 from dashboard.app import create_app, exposure_warning, main
 from dashboard.runs import CACHE_DIR_NAME, RunStore
-from dashboard.timeline import BINS, EXACT_LIMIT, MARKER_LIMIT
+from analyzer.api import BINS, EXACT_LIMIT, MARKER_LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures" / "h200"
@@ -43,7 +42,7 @@ def copy_run(name: str, dest: Path) -> Path:
 
 
 def report_of(name: str) -> dict:
-    return build_report(resolve_inputs(FIX / name)[0])
+    return api.analyze(api.load(FIX / name)).report
 
 
 @pytest.fixture(scope="module")
@@ -320,12 +319,8 @@ def test_report_cached_beside_foreign_files_and_reused(tmp_path):
 
 
 def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
-    from analyzer.trace.runmeta import read_meta
-    from analyzer.trace import load_trace
-    from dashboard.timeline import TimelineData
-    report = report_of("decode")
-    data = TimelineData(load_trace(FIX / "decode" / "rank0.trace.json.gz"), read_meta(FIX / "decode" / "meta.json"),
-                        report)
+    analysis = api.analyze(api.load(FIX / "decode"))
+    report, data = analysis.report, api.timeline(analysis)
     lo, hi = data.full_range()
     view = data.view(lo, hi)
     gpu0 = next(lv for lv in view.lanes if lv.lane.key == "gpu0")
@@ -338,13 +333,9 @@ def test_views_stay_bounded_and_sum_to_the_reports_idle_time():
 
 
 def test_serving_run_shows_request_lifetimes_as_lanes_on_the_shared_axis():
-    from analyzer.trace.runmeta import read_meta
-    from analyzer.trace import load_trace
     from dashboard.figures import timeline_figure
-    from dashboard.timeline import TimelineData
-    run = REPO / "tests" / "fixtures" / "h200_serve" / "serve"
-    report = build_report(resolve_inputs(run)[0])
-    data = TimelineData(load_trace(run / "rank0.trace.json.gz"), read_meta(run / "meta.json"), report)
+    analysis = api.analyze(api.load(REPO / "tests" / "fixtures" / "h200_serve" / "serve"))
+    report, data = analysis.report, api.timeline(analysis)
     requests = report["serving"]["requests"]
     rows = sorted({r["row"] for r in requests})
     lanes = [lane for lane in data.gpu_lanes if lane.kind == "request"]

@@ -24,7 +24,7 @@ import pytest
 
 from analyzer.views.timeline import activity_mask
 from analyzer.trace import load_trace
-from dashboard.timeline import EXACT_LIMIT
+from analyzer.api import EXACT_LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures" / "h200"

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.report.assemble import analyze_model
-from analyzer.cli_analyze import render_all, warning_line
+from analyzer.api import render
+from analyzer.cli import warning_line
 from analyzer.errors import UsageError
 from analyzer.trace import TraceError, load_trace
 from make_corpus import cut_trace, load_fixture
@@ -212,7 +213,7 @@ def analyze_bytes(data: bytes, suffix: str) -> None:
         try:
             model = load_trace(path)
             report = analyze_model(model, None, path)
-            pages = render_all(report)
+            pages = render(report)
             warning_line(report)
         except (TraceError, UsageError) as error:
             message = str(error)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli_analyze import render_all
+from analyzer import api
 from analyzer.report.files import _jsonable
-from analyzer.trace.inputs import resolve_inputs
 
 ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
@@ -30,14 +29,13 @@ def _name(path: Path) -> str:
 
 
 def digests(path: Path) -> dict[str, str]:
-    from analyzer.cli_analyze import build_report
-    (item,) = resolve_inputs(path, "/nonexistent-out")
-    report = build_report(item, cache=False)
+    (item,) = api.find(path, "/nonexistent-out")
+    report = api.analyze(api.load(item, cache=False)).report
     for key in TIMING:
         report[key] = 0.0
     report["source"]["trace"] = _name(item.trace)  # paths as the test names them, wherever the checkout is
     report["source"]["meta"] = _name(item.meta) if item.meta else None
-    files = render_all(report)
+    files = api.render(report)
 
     def sha(value) -> str:
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=_jsonable)

@@ -20,8 +20,14 @@ REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
 
 
 def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path, *, user_code: tuple[str, ...] = ()) -> dict:
-    started = time.perf_counter()
-    ctx = AnalysisContext(model, meta, user_code=user_code)
+    """report.json's dictionary for one loaded trace (analyzer.api.analyze also keeps the context)."""
+    return assemble_report(AnalysisContext(model, meta, user_code=user_code), source)
+
+
+def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = None) -> dict:
+    """Run every registered detector over the context and assemble report.json's dictionary."""
+    started = time.perf_counter() if started is None else started
+    model, meta = ctx.model, ctx.meta
     results = [detect(ctx) for detect in DETECTORS]
     findings = _ranked([f for r in results for f in r.findings])
     tl = ctx.timeline

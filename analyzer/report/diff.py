@@ -12,26 +12,7 @@ from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
 
 
-def load_report(path: str | Path) -> tuple[str, dict]:
-    """A report.json, or a run folder / trace to analyze now (its report.json is reused when present)."""
-    from analyzer.cli_analyze import build_report
-    from analyzer.trace.inputs import resolve_inputs
-    path = Path(path)
-    if path.is_file() and path.name == "report.json":
-        report = _read_report(path)
-        return path.parent.name, report
-    if path.is_dir() and (path / "report.json").is_file():
-        report = _read_report(path / "report.json")
-        trace = Path(report["source"]["trace"])
-        if trace.is_file() and trace.stat().st_mtime <= (path / "report.json").stat().st_mtime:
-            return path.name, report
-    items = resolve_inputs(path)
-    if len(items) != 1:
-        raise UsageError(f"{path}: holds {len(items)} traces; diff one trace (or report.json) against another")
-    return (path.name if path.is_dir() else path.name), build_report(items[0])
-
-
-def _read_report(path: Path) -> dict:
+def read_report(path: Path) -> dict:
     try:
         report = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -155,16 +136,3 @@ def render_diff_html(d: dict) -> str:
             "system-ui,sans-serif;max-width:1300px;margin:auto'>"
             f"{fig.to_html(include_plotlyjs=False, full_html=False)}<pre style='white-space:pre-wrap'>{body}</pre>"
             "</body></html>")
-
-
-def run_diff(path_a: str, path_b: str, out: str | None) -> int:
-    from analyzer.report.files import write_reports
-    name_a, a = load_report(path_a)
-    name_b, b = load_report(path_b)
-    d = compare(name_a, a, name_b, b)
-    out_dir = Path(out) if out else Path(f"diff-{name_a}-vs-{name_b}")
-    written = write_reports(out_dir, {"diff.json": json.dumps(d, indent=1) + "\n",
-                                      "diff.md": render_diff_markdown(d), "diff.html": render_diff_html(d)})
-    print(render_diff_markdown(d).split("\n", 1)[1].split("\n| per step")[0].rstrip())
-    print("reports: " + ", ".join(str(p) for p in written))
-    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from analyzer.report.diff import compare, render_diff_markdown
+from analyzer.api import compare, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, diff_figure

@@ -10,13 +10,12 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
-from analyzer.report.markdown import numbered
+from analyzer.api import TimelineData, numbered
 from analyzer.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
                                     severity_badge)
 from dashboard.runs import RunStore, format_created
-from dashboard.timeline import TimelineData
 
 FINDING = "finding"
 OCCURRENCE = "occurrence"

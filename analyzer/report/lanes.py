@@ -1,5 +1,6 @@
-"""The run page's timeline on the server: every lane of the trace kept whole in memory, and `view(lo, hi)`
-reducing it to what one zoom level shows.
+"""The dashboard's timeline (served through analyzer.api.timeline): every lane of the trace kept whole in memory,
+and `view(lo, hi)` reducing it to what one zoom level shows. Built from the analysis context's views, never
+re-deriving them.
 
 Lanes: GPU busy / idle by cause per device (the analyzer's GpuTimeline and gap causes), kernels / memcpy / memset
 per stream, CUDA runtime calls per CPU thread, steps, and for serving runs the requests (waiting, then in their
@@ -18,15 +19,14 @@ from dataclasses import fields
 
 import numpy as np
 
+from analyzer.report.figures import window_start_us
+from analyzer.units import fmt_pct, fmt_us
 from analyzer.views import apis
 from analyzer.views.context import AnalysisContext
 from analyzer.views.frames import outermost_op
-from analyzer.views.sites import runtime_site
 from analyzer.views.idle import CAUSES
-from analyzer.report.figures import window_start_us
-from analyzer.units import fmt_pct, fmt_us
+from analyzer.views.sites import runtime_site
 from analyzer.views.timeline import activity_mask, merge_intervals
-from analyzer.trace import TraceModel
 
 BINS = 1200
 EXACT_LIMIT = 800
@@ -94,7 +94,7 @@ class Markers:
 
 
 @dataclasses.dataclass
-class MemorySeries:
+class MemoryCurve:
     device: int
     ts: np.ndarray  # ns since t0
     allocated: np.ndarray  # bytes
@@ -108,7 +108,7 @@ class TimelineView:
     lanes: list[LaneView]
     syncs: Markers
     allocs: Markers
-    memory: list[MemorySeries]  # thinned to the window
+    memory: list[MemoryCurve]  # thinned to the window
     step_edges: np.ndarray  # step boundaries to draw as lines (empty when too many are visible)
 
 
@@ -156,18 +156,17 @@ def thin_curve(ts: np.ndarray, values: np.ndarray, lo: float, hi: float, bins: i
 class TimelineData:
     """One run's lanes, markers and memory curves, built once from the trace model and kept in the LRU."""
 
-    def __init__(self, model: TraceModel, meta, report: dict):
+    def __init__(self, ctx: AnalysisContext, report: dict):
+        model = ctx.model
         self.model = model
-        self.ctx = AnalysisContext(model, meta)
+        self.ctx = ctx
         self.t0_us = window_start_us(report)
         self.t0_ns = int(round(self.t0_us * 1000))
         self._sites: dict[int, str] = {}
         self._ops: dict[int, str] = {}
         self.steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s.get("ts_us") is not None]
         self.requests = (report.get("serving") or {}).get("requests") or []
-        classes = apis.runtime_classes(model)
-        blocking = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
-        blocking[apis.blocking_copy_rows(model)] = True
+        classes, blocking = ctx.runtime_classes, ctx.blocking
         self.gpu_lanes = [self._steps_lane(), *self._request_lanes(), *self._device_and_stream_lanes()]
         self.cpu_lanes = self._cpu_lanes(classes, blocking)
         rt = model.runtime
@@ -286,16 +285,9 @@ class TimelineData:
                               self._rel(rt.end_ns[rows]), state[rows], rows.astype(np.int64)))
         return lanes
 
-    def _memory(self) -> list[MemorySeries]:
-        mem = self.model.memory
-        out = []
-        cuda = mem.device_type == 1
-        for dev in np.unique(mem.device_id[cuda]).tolist():
-            rows = np.flatnonzero(cuda & (mem.device_id == dev))
-            rows = rows[np.argsort(mem.ts_ns[rows], kind="stable")]
-            out.append(MemorySeries(int(dev), self._rel(mem.ts_ns[rows]), np.asarray(mem.total_allocated[rows]),
-                                    np.asarray(mem.total_reserved[rows])))
-        return out
+    def _memory(self) -> list[MemoryCurve]:
+        return [MemoryCurve(m.device, self._rel(m.ts_ns), np.asarray(m.allocated), np.asarray(m.reserved))
+                for m in self.ctx.memory_series]
 
     # ------------------------------------------------------------ views
 
@@ -310,7 +302,7 @@ class TimelineData:
         memory = []
         for m in self.memory:
             keep = np.union1d(thin_curve(m.ts, m.reserved, lo, hi, bins), thin_curve(m.ts, m.allocated, lo, hi, bins))
-            memory.append(MemorySeries(m.device, m.ts[keep], m.allocated[keep], m.reserved[keep]))
+            memory.append(MemoryCurve(m.device, m.ts[keep], m.allocated[keep], m.reserved[keep]))
         steps = self.gpu_lanes[0]
         shown = steps.visible(lo, hi)
         edges = np.unique(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
@@ -380,6 +372,11 @@ class TimelineData:
         idle = ", ".join(f"{c} {fmt_us(v)}" for c, v in causes.items() if v)
         return (f"<b>{esc(step['step'])}</b><br>GPU busy {fmt_us(step.get('busy_us'))}"
                 f" ({fmt_pct(step.get('gpu_utilization'))})" + (f"<br>idle: {idle}" if idle else ""))
+
+    def reserves(self, rows: np.ndarray) -> np.ndarray:
+        """Per runtime row: a call that reserves device memory (cudaMalloc, cuMemMap, ...), not one that releases it."""
+        names = self.model.names
+        return np.array([names[c] in apis.ALLOC_RESERVE for c in self.model.runtime.name[rows]], bool)
 
     def describe_call(self, row: int) -> str:
         """Hover text for a runtime call marker (host sync, cudaMalloc/cudaFree)."""

@@ -1,0 +1,120 @@
+"""The one door to the analyzer, for the command line and the dashboard: find traces, load one, analyze it (the
+analysis keeps the trace model and its views, so the dashboard's lanes reuse them), render and write the reports,
+compare two reports, and serve the timeline's lanes.
+
+    trace = api.load(path)                   # a Trace: the model, its run's meta.json, where reports go
+    analysis = api.analyze(trace)            # report.json's dictionary in analysis.report
+    api.write(analysis)                      # report.json / report.md / report.html, atomically
+    data = api.timeline(analysis)            # the dashboard's lanes; data.view(lo_ns, hi_ns)
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.errors import UsageError
+from analyzer.report.assemble import REPORT_SCHEMA, assemble_report
+from analyzer.report.diff import compare, render_diff_markdown
+from analyzer.report.files import write_reports
+from analyzer.report.figures import mem_unit, window_start_us
+from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
+                                   TimelineView)
+from analyzer.report.markdown import numbered
+from analyzer.report.plotly_json import packed
+from analyzer.trace import TraceError, TraceModel, load_trace
+from analyzer.trace.inputs import TraceInput, is_trace_file, latest_run, resolve_inputs, trace_stem
+from analyzer.trace.runmeta import RunMeta, read_meta
+from analyzer.views.context import AnalysisContext
+from analyzer.views.idle import CAUSES
+
+__all__ = [
+    "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
+    "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "compare", "find", "is_trace_file",
+    "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "read_meta", "render",
+    "render_diff_markdown", "timeline", "trace_stem", "views", "window_start_us", "write", "write_reports",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """A loaded trace with its run's metadata and where its reports go."""
+    source: TraceInput
+    model: TraceModel
+    meta: RunMeta | None
+
+
+@dataclasses.dataclass
+class Analysis:
+    """One trace analyzed: report.json's dictionary, and the context (model and views) it was computed from."""
+    trace: Trace
+    context: AnalysisContext
+    report: dict
+
+    @functools.cached_property
+    def files(self) -> dict[str, str]:
+        return render(self.report)
+
+
+def find(path: str | Path, out: str | Path | None = None) -> list[TraceInput]:
+    """The traces a path names (a run folder, a trace file, a folder of traces), each with its meta.json and the
+    folder its reports go to. Raises UsageError naming the path when it holds none."""
+    return resolve_inputs(path, out)
+
+
+def load_model(path: str | Path, *, cache: bool = True, progress=None) -> TraceModel:
+    """The columnar trace model of one trace file; a bad trace is a one-line UsageError."""
+    try:
+        return load_trace(path, cache=cache, progress=progress)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load(item: TraceInput | str | Path, *, cache: bool = True, progress=None) -> Trace:
+    if not isinstance(item, TraceInput):
+        items = find(item)
+        if len(items) != 1:
+            raise UsageError(f"{item}: holds {len(items)} traces; name one")
+        item = items[0]
+    meta = read_meta(item.meta) if item.meta else None
+    return Trace(item, load_model(item.trace, cache=cache, progress=progress), meta)
+
+
+def analyze(trace: Trace, *, user_code: tuple[str, ...] = (), hta: bool = False) -> Analysis:
+    started = time.perf_counter()
+    context = AnalysisContext(trace.model, trace.meta, user_code=user_code)
+    with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
+        report = assemble_report(context, trace.source.trace, started)
+    if hta:
+        from analyzer.report.hta import run_hta
+        report["hta"] = run_hta(trace.source.trace, report)
+    return Analysis(trace, context, report)
+
+
+def render(report: dict) -> dict[str, str]:
+    """report.json, report.md and report.html as text."""
+    from analyzer.report.files import report_json_text
+    from analyzer.report.html import render_html
+    from analyzer.report.markdown import render_markdown
+    page = render_html(report).replace("<head>", '<head><meta name="generator" content="gpu-idle-analyzer">', 1)
+    return {"report.json": report_json_text(report),
+            "report.md": "<!-- gpu-idle-analyzer report -->\n" + render_markdown(report), "report.html": page}
+
+
+def write(analysis: Analysis, out_dir: Path | None = None) -> list[Path]:
+    return write_reports(out_dir or analysis.trace.source.out_dir, analysis.files)
+
+
+def timeline(analysis: Analysis, report: dict | None = None) -> TimelineData:
+    """The dashboard's lanes of an analyzed trace, from the views its analysis already computed (`report`: a report
+    of the same trace read from disk, when the analysis was made only for its context)."""
+    return TimelineData(analysis.context, report or analysis.report)
+
+
+def views(trace: Trace, *, user_code: tuple[str, ...] = ()) -> Analysis:
+    """An analysis whose views are computed only as they are asked for (no detectors run): for the timeline of a
+    trace whose report is already on disk."""
+    return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code), {})

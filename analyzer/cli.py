@@ -1,0 +1,224 @@
+"""The command line: `python -m analyzer {capture,analyze,diff,dashboard,schema} ...`, one function per subcommand.
+
+Only this module knows about exit codes and stderr: the layers below raise UsageError (exit status 2, one line) and
+keep their tracebacks for bugs. Subcommands import their layers lazily, so `capture` needs only torch, pyyaml and
+the standard library, and `schema` not even torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from analyzer.errors import UsageError
+
+TOP_PRINTED = 5
+CHILDREN_PRINTED = 2
+
+
+def cmd_capture(args) -> int:
+    from analyzer.capture import run_capture
+    return run_capture(args.workload, args.set or [], Path(args.out), sys.argv[1:])
+
+
+def cmd_analyze(args) -> int:
+    """Load, analyze and render every trace PATH names before writing any report, so a bad rank leaves none."""
+    from analyzer import api
+    items = api.find(api.latest_run(args.path) if args.latest else args.path, args.out)
+    done = [api.analyze(_load(item, cache=not args.no_cache), user_code=tuple(args.user_code or ()), hta=args.hta)
+            for item in items]
+    for analysis in done:
+        analysis.files  # noqa: B018 (rendered now: a failure leaves nothing written)
+    _refuse_foreign_reports([item.out_dir for item in items])
+    meta_warned = set()  # ranks beside one meta.json share it: its warning once
+    for n, analysis in enumerate(done):
+        report = analysis.report
+        if n:
+            print()
+        if warning := warning_line(report):
+            print(warning, file=sys.stderr)
+        if (warning := meta_warning_line(report)) and warning not in meta_warned:
+            meta_warned.add(warning)
+            print(warning, file=sys.stderr)
+        print_summary(report, api.write(analysis))
+    return 0
+
+
+def _load(item, cache: bool):
+    from analyzer import api
+    from analyzer.progress import Ticker
+    with Ticker(f"parsing {item.trace.name}", item.trace.stat().st_size) as ticker:
+        return api.load(item, cache=cache, progress=ticker.update)
+
+
+def cmd_diff(args) -> int:
+    import json
+    from analyzer import api
+    from analyzer.report.diff import render_diff_html
+    name_a, a = load_report(args.before)
+    name_b, b = load_report(args.after)
+    d = api.compare(name_a, a, name_b, b)
+    out_dir = Path(args.out) if args.out else Path(f"diff-{name_a}-vs-{name_b}")
+    written = api.write_reports(out_dir, {"diff.json": json.dumps(d, indent=1) + "\n",
+                                          "diff.md": api.render_diff_markdown(d), "diff.html": render_diff_html(d)})
+    print(api.render_diff_markdown(d).split("\n", 1)[1].split("\n| per step")[0].rstrip())
+    print("reports: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    from dashboard.app import main as dashboard_main
+    return dashboard_main(args.dashboard_args)
+
+
+def cmd_schema(args) -> int:
+    from analyzer.capture.config import describe_schema, script_names
+    print(describe_schema())
+    print(f"\nscripts: {', '.join(script_names())}")
+    return 0
+
+
+def load_report(path: str | Path) -> tuple[str, dict]:
+    """A report.json, or a run folder / trace to analyze now (its report.json is reused when present)."""
+    from analyzer import api
+    from analyzer.report.diff import read_report as _read_report
+    path = Path(path)
+    if path.is_file() and path.name == "report.json":
+        report = _read_report(path)
+        return path.parent.name, report
+    if path.is_dir() and (path / "report.json").is_file():
+        report = _read_report(path / "report.json")
+        trace = Path(report["source"]["trace"])
+        if trace.is_file() and trace.stat().st_mtime <= (path / "report.json").stat().st_mtime:
+            return path.name, report
+    items = api.find(path)
+    if len(items) != 1:
+        raise UsageError(f"{path}: holds {len(items)} traces; diff one trace (or report.json) against another")
+    return (path.name if path.is_dir() else path.name), api.analyze(_load(items[0], cache=True)).report
+
+
+def print_summary(report: dict, written: list[Path]) -> None:
+    from analyzer.report.markdown import headline, numbered, partition_line
+    from analyzer.units import fmt_us
+    print(f"trace:   {report['source']['trace']}")
+    print("summary: " + headline(report).replace("**", ""))
+    findings = report["findings"]
+    if report["summary"].get("gpu_utilization") is None and not report["trace"].get("foreign_activity"):
+        print("hint:    real H200 runs ship with the project: python -m analyzer analyze traces/examples/item_sync "
+              "--out /tmp/item_sync-report, or python -m analyzer dashboard")
+    if not findings:
+        print("findings: none")
+    if part := partition_line(report):
+        print("idle:    " + part)
+    shown = [(n, f) for n, f in numbered(findings) if n.count(".") == 0 or int(n.split(".")[1]) <= CHILDREN_PRINTED]
+    top = [n for n, f in shown if not f.get("parent")][:TOP_PRINTED]
+    for n, f in shown:
+        if n.split(".")[0] not in top:
+            continue
+        site = f.get("library_site") or f.get("call_site")
+        site = f" [{site}]" if site and site not in f["title"] else ""
+        label = f"     {n:<5}" if f.get("parent") else f"  {n + '.':<4}"
+        print(f"{label} {f['severity']:<6} {fmt_us(f['impact_us']):>10}  {f['title']}{site}")
+    hidden = sum(1 for f in findings if not f.get("parent")) - len(top)
+    if hidden > 0:
+        print(f"  ... {hidden} more in the report")
+    print("reports: " + ", ".join(str(p) for p in written))
+
+
+_SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur", "missing or invalid Bytes")
+
+
+def warning_line(report: dict) -> str | None:
+    """`warning: <trace>: skipped 12 ops rows with missing or invalid ts; ...` from report.json's trace.warnings."""
+    warnings = report["trace"].get("warnings") or {}
+    if not warnings:
+        return None
+    parts = []
+    for reason, count in warnings.items():
+        table, sep, what = reason.partition(": ")
+        parts.append(f"skipped {count} {table} rows with {what}" if sep and what in _SKIP_REASONS
+                     else f"{reason} ({count})")
+    return f"warning: {report['source']['trace']}: " + "; ".join(parts)
+
+
+def meta_warning_line(report: dict) -> str | None:
+    """`warning: <run>/meta.json: ignored unprofiled.steps (a string, not an integer)`: what analysis left out."""
+    source = report["source"]
+    warnings = source.get("meta_warnings")
+    return f"warning: {source['meta']}: " + "; ".join(warnings) if warnings else None
+
+
+def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
+    """Check every output folder before writing any, so one foreign report.* leaves none of ours behind."""
+    from analyzer.report.files import REPORT_FILES, _is_ours
+    for out_dir in out_dirs:
+        for name in REPORT_FILES:
+            target = out_dir / name
+            if target.exists() and not _is_ours(target):
+                raise UsageError(f"{target}: exists and was not written by gpu-idle-analyzer; not overwriting "
+                                 f"(choose another --out)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m analyzer",
+                                     description="Capture PyTorch inference workloads and explain GPU idle time.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    cap = sub.add_parser("capture", help="run a workload YAML under torch.profiler and write a run folder")
+    cap.add_argument("workload", help="workload YAML file, e.g. workloads/decode.yaml")
+    cap.add_argument("--out", default="traces", help="folder that receives the run folder (default: traces)")
+    cap.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override a workload key, e.g. --set batch_size=4 --set profiler.active=4")
+    cap.set_defaults(func=cmd_capture)
+    ana = sub.add_parser("analyze", help="explain the GPU idle time of a run folder, a trace file or a folder of traces")
+    ana.add_argument("path", help="run folder, .json / .json.gz Kineto trace, or folder of traces")
+    ana.add_argument("--out", help="folder for report.json / report.md / report.html (default: the run folder, "
+                                   "or <trace name>.report/ beside a trace file)")
+    ana.add_argument("--hta", action="store_true", help="also run HolisticTraceAnalysis and put its figures beside ours")
+    ana.add_argument("--latest", action="store_true", help="PATH is a folder of runs (e.g. traces): analyze the newest")
+    ana.add_argument("--no-cache", action="store_true",
+                     help="parse the trace even if a columnar cache of it exists (and write none)")
+    ana.add_argument("--user-code", action="append", metavar="PREFIX",
+                     help="a path prefix of your own code (repeatable), e.g. --user-code vllm/ when you work on vLLM:"
+                          " its frames become call sites instead of library context")
+    ana.set_defaults(func=cmd_analyze)
+    dif = sub.add_parser("diff", help="compare two runs (before / after a fix): findings, steps, utilization")
+    dif.add_argument("before", help="run folder, trace file or report.json")
+    dif.add_argument("after", help="run folder, trace file or report.json")
+    dif.add_argument("--out", help="folder for diff.json / diff.md / diff.html (default: ./diff-A-vs-B)")
+    dif.set_defaults(func=cmd_diff)
+    dash = sub.add_parser("dashboard", help="the Dash dashboard over a folder of runs (same as python -m dashboard)",
+                          add_help=False)
+    dash.add_argument("dashboard_args", nargs=argparse.REMAINDER, help="--traces DIR --host HOST --port PORT")
+    dash.set_defaults(func=cmd_dashboard)
+    schema = sub.add_parser("schema", help="print the workload YAML schema")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["dashboard"]:  # the dashboard parses its own options (argparse REMAINDER drops "--x" ones)
+        try:
+            from dashboard.app import main as dashboard_main
+            return dashboard_main(argv[1:])
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def run() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:  # before a run folder existed (capture handles it once one does)
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `... | head`: the reader left; exit quietly as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
