@@ -2,17 +2,17 @@
 first: decoding is CPU-bound Python work that threads cannot share. The helper sends back numpy columns (pickled
 through a pipe), not events.
 
-    python -m analyzer.trace.helper TRACE TEXT_LENGTH START END BARE
+This module is the main process's side; analyzer.trace.helper_process is what runs in the helper.
 """
 from __future__ import annotations
 
-import gc
-import mmap
 import os
 import pickle
 import subprocess
 import sys
 from pathlib import Path
+
+from .parse import NotChunkable
 
 NOT_CHUNKABLE = "not chunkable"
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -33,13 +33,12 @@ class Helper:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
                                                                        os.environ.get("PYTHONPATH")])))
         args = [str(path), str(text_length), str(array.start), str(array.end), str(int(array.bare))]
-        self.process = subprocess.Popen([sys.executable, "-m", "analyzer.trace.helper", *args], env=env,
+        self.process = subprocess.Popen([sys.executable, "-m", "analyzer.trace.helper_process", *args], env=env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def join_into(self, columns) -> tuple[list, int] | None:
         """Append the helper's columns to columns and return (its chunks' spans, legacy events adopted); None when
         the helper failed, so that the caller reads the part itself. Raises NotChunkable as reading would."""
-        from .parse import NotChunkable
         try:
             result = pickle.load(self.process.stdout)
         except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError):
@@ -56,26 +55,3 @@ class Helper:
             self.process.kill()
         self.process.wait()
         self.process.stdout.close()
-
-
-def main(argv: list[str]) -> int:
-    from .build import EventColumns, read_events
-    from .parse import EventArray, NotChunkable, trace_text
-    trace, text_length, start, end, bare = argv
-    gc.disable()
-    with trace_text(Path(trace)) as text:
-        if not isinstance(text, mmap.mmap) or len(text) != int(text_length):
-            return 1  # not the file the main process is reading
-        columns = EventColumns(lenient=False)
-        try:
-            spans, legacy = read_events(text, EventArray(int(start), int(end), {}, bare=bare == "1"), columns)
-            result = {"columns": columns.export(), "spans": spans, "legacy": legacy}
-        except NotChunkable:
-            result = NOT_CHUNKABLE
-    pickle.dump(result, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    sys.stdout.buffer.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
