@@ -1,0 +1,108 @@
+"""The layers of ARCHITECTURE.md, enforced: capture -> trace -> views -> detectors -> report -> api -> cli, with the
+dashboard beside the cli. Every import (at module level or inside a function) is read from the source with ast; a
+layer may import only the layers it lists, and no module may reach itself through its imports."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LEAVES = {"analyzer.errors", "analyzer.units", "analyzer.progress", "analyzer"}  # `analyzer`: __version__ only
+ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
+    "analyzer.capture": set(),
+    "analyzer.trace": set(),
+    "analyzer.views": {"analyzer.trace"},
+    "analyzer.detectors": {"analyzer.views", "analyzer.trace"},
+    "analyzer.report": {"analyzer.detectors", "analyzer.views", "analyzer.trace"},
+    "analyzer.api": {"analyzer.report", "analyzer.detectors", "analyzer.views", "analyzer.trace"},
+    "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "dashboard"},
+    "analyzer.__main__": {"analyzer.cli"},
+    "dashboard": {"analyzer.api", "analyzer.report.palette"},
+}
+LEAF_ALLOWED = {"analyzer.errors": set(), "analyzer.units": set(), "analyzer.progress": set(), "analyzer": set()}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every analyzer / dashboard module this file imports, resolved to module names (`from x import y` counts
+    x.y when x.y is a module, else x)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in MODULES else base)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {m for m in out if m.split(".")[0] in ("analyzer", "dashboard")}
+
+
+FILES = sorted([*ROOT.glob("analyzer/**/*.py"), *ROOT.glob("dashboard/**/*.py")])
+MODULES = {module_name(p) for p in FILES}
+GRAPH = {module_name(p): imports(p) for p in FILES}
+
+
+def layer(module: str) -> str:
+    if module in LEAF_ALLOWED:
+        return module
+    for name in sorted(ALLOWED, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return name
+    raise AssertionError(f"{module} belongs to no layer of ARCHITECTURE.md")
+
+
+def test_every_module_belongs_to_a_layer():
+    for module in MODULES:
+        layer(module)
+
+
+def test_layers_import_only_downward():
+    wrong = []
+    for module, targets in GRAPH.items():
+        own = layer(module)
+        allowed = LEAF_ALLOWED.get(own, ALLOWED.get(own, set())) | {own}
+        for target in targets:
+            if target in LEAVES or layer(target) in allowed or target in allowed:
+                continue
+            wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_dashboard_uses_the_one_door():
+    for module, targets in GRAPH.items():
+        if module.startswith("dashboard"):
+            outside = {t for t in targets if t.startswith("analyzer")} - {
+                "analyzer.api", "analyzer.report.palette", "analyzer.units", "analyzer.errors", "analyzer"}
+            assert not outside, f"{module} reaches into {sorted(outside)}"
+
+
+def test_no_import_circles():
+    """Depth-first search over the whole graph (function-level imports included)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(GRAPH.get(module, ())):
+            if target not in GRAPH:
+                continue
+            if state.get(target) == 1:
+                cycle = stack[stack.index(target):] + [target]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module)
