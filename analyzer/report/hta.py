@@ -1,7 +1,9 @@
 """HolisticTraceAnalysis on the same trace, for its numbers beside ours (`analyze --hta`).
 
-HTA is optional and slow on large traces: it is imported only here, and any failure becomes the report's
-`hta.error` instead of stopping the analysis.
+HTA is published today as `traceinsight` (0.6.x, works with pandas 3); the older `HolisticTraceAnalysis` 0.5.0
+(pandas < 3) installs the same `hta` package and serves as a fallback. The report says which one ran. HTA is
+optional and slow on large traces: it is imported only here, and any failure becomes the report's `hta.error`
+instead of stopping the analysis.
 """
 from __future__ import annotations
 
@@ -11,7 +13,18 @@ import logging
 import time
 from pathlib import Path
 
-INSTALL_HINT = "pip install 'HolisticTraceAnalysis==0.5.0' 'pandas<3' psutil"
+INSTALL_HINT = "pip install -e '.[hta]' (traceinsight 0.6.1)"
+DISTRIBUTIONS = ("traceinsight", "HolisticTraceAnalysis")  # both install the `hta` package; the first found ran
+
+
+def _distribution() -> tuple[str | None, str | None]:
+    from importlib import metadata
+    for name in DISTRIBUTIONS:
+        try:
+            return name, metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None, None
 
 
 def _ours(report: dict) -> dict:
@@ -26,10 +39,11 @@ def _ours(report: dict) -> dict:
 def run_hta(trace: Path, report: dict) -> dict:
     started = time.perf_counter()
     try:
-        import hta
+        import hta  # noqa: F401 (fails here when the install is broken, before any work)
         from hta.trace_analysis import TraceAnalysis
     except Exception as exc:  # ImportError, or a broken install (HTA 0.5.0 needs psutil and pandas < 3)
         return {"error": f"HTA unavailable ({exc.__class__.__name__}: {exc}); install with {INSTALL_HINT}"}
+    dist, version = _distribution()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             logging.disable(logging.WARNING)
@@ -39,14 +53,14 @@ def run_hta(trace: Path, report: dict) -> dict:
             idle, _ = analysis.get_idle_time_breakdown(ranks=[0], visualize=False)
             launches = analysis.get_cuda_kernel_launch_stats(ranks=[0], visualize=False).get(0)
     except Exception as exc:
-        return {"error": f"{exc.__class__.__name__}: {exc}", "version": getattr(hta, "__version__", None),
+        return {"error": f"{exc.__class__.__name__}: {exc}", "distribution": dist, "version": version,
                 "seconds": round(time.perf_counter() - started, 3)}
     finally:
         logging.disable(logging.NOTSET)
     row = temporal.iloc[0].to_dict() if len(temporal) else {}
     by_category = idle.groupby("idle_category")["idle_time"].sum().to_dict() if len(idle) else {}
     out = {
-        "version": getattr(hta, "__version__", "0.5.0"), "seconds": round(time.perf_counter() - started, 3),
+        "distribution": dist, "version": version, "seconds": round(time.perf_counter() - started, 3),
         "load_seconds": round(loaded_s, 3),
         "temporal": {k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in row.items()},
         "idle_by_category_us": {str(k): float(v) for k, v in by_category.items()},
