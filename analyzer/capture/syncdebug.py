@@ -14,26 +14,35 @@ from pathlib import Path
 
 import torch
 
+from analyzer.codepaths import FrameKind, path_kind
+
 SYNC_WARNING = "called a synchronizing CUDA operation"
-_LIBRARY_ROOTS = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdlib"],
+_STDLIB_ROOTS = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdlib"],
                                                         sysconfig.get_paths()["platstdlib"]})
 _TORCH_ROOT = str(Path(torch.__file__).resolve().parent)
 _OWN_ROOT = str(Path(__file__).resolve().parent.parent)  # analyzer/: this tool's own frames are never a call site
 
 
-def _is_user_frame(filename: str) -> bool:
+def _kind(filename: str) -> FrameKind:
+    """analyzer.codepaths' rule, plus what only the running process knows: where torch, the standard library and
+    this tool really are (a source checkout of torch is not under site-packages)."""
     path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-    if path.startswith("<") or path.startswith(_TORCH_ROOT) or path.startswith(_OWN_ROOT):
-        return False
-    if "site-packages" in path or "dist-packages" in path:
-        return False
-    return not path.startswith(_LIBRARY_ROOTS)
+    if path.startswith(_TORCH_ROOT):
+        return FrameKind.TORCH
+    if path.startswith(_OWN_ROOT):
+        return FrameKind.TOOL
+    if path.startswith(_STDLIB_ROOTS) and "site-packages" not in path and "dist-packages" not in path:
+        return FrameKind.STDLIB
+    return path_kind(path)
+
+
+def _is_user_frame(filename: str) -> bool:
+    return _kind(filename) == FrameKind.USER
 
 
 def _is_library_frame(filename: str) -> bool:
-    """Installed third-party code (not torch): where inside a library the sync happened."""
-    path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-    return ("site-packages" in path or "dist-packages" in path) and not path.startswith(_TORCH_ROOT)
+    """Third-party code (not torch): where inside a library the sync happened."""
+    return _kind(filename) == FrameKind.LIBRARY
 
 
 def _library_path(filename: str) -> str:

@@ -7,43 +7,17 @@ are recognised by their top-level package as well as by site-packages / dist-pac
 """
 from __future__ import annotations
 
-import enum
 import functools
 import re
-import sys
 
 import numpy as np
 
+from analyzer.codepaths import FrameKind, path_kind
 from analyzer.trace import TraceModel
 from analyzer.views.waits import present_codes
 
 
-class FrameKind(enum.IntEnum):
-    USER = 0
-    LIBRARY = 1  # third-party packages: transformers, vllm, ...
-    TORCH = 2
-    STDLIB = 3
-    GENERATED = 4  # torch.compile output (Inductor cache files), FX graph modules, exec'd strings
-    TOOL = 5  # this tool's own capture code
-    OTHER = 6  # built-in calls and nn.Module markers: not a source location
-
-
 _FILE_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"_pytest"}
-_TORCH = frozenset({"torch", "torchvision", "torchaudio", "functorch", "torchao", "torchgen"})
-# Top-level packages of well-known libraries, for paths written relative to site-packages.
-_LIBRARIES = frozenset({
-    "accelerate", "aiter", "apex", "bitsandbytes", "deepspeed", "diffusers", "einops", "fairscale", "fastapi",
-    "fbgemm_gpu", "flash_attn", "flashinfer", "huggingface_hub", "hydra", "jax", "lightning", "liger_kernel",
-    "lmdeploy", "megatron", "mmcv", "mmengine", "msgspec", "numpy", "omegaconf", "packaging", "pandas", "peft",
-    "pluggy", "pydantic", "pytorch_lightning", "ray", "safetensors", "scipy", "sgl_kernel", "sglang",
-    "starlette", "tensorrt_llm", "timm", "tokenizers", "tqdm", "transformers", "triton", "triton_kernels",
-    "typing_extensions", "uvicorn", "uvloop", "vllm", "xformers", "zmq",
-})
-_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
-_STDLIB_PATH = re.compile(r"[/\\]lib[/\\]python3(\.\d+)?[/\\]")
-_GENERATED_PATH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|[/\\]\.triton[/\\]cache[/\\]")
-_TOOL_PATH = re.compile(r"(^|[/\\])analyzer[/\\]capture")
 # The compiled graph itself: Inductor's output module, or an FX GraphModule's generated forward.
 _COMPILED_GRAPH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|^<eval_with_key>")
 # Frames that run on behalf of their enclosing function: time in them belongs to it.
@@ -59,36 +33,12 @@ def parse_frame(name: str) -> tuple[str, int, str] | None:
     return m.group("file"), int(m.group("line")), m.group("func")
 
 
-def _path_kind(path: str, user_code: tuple[str, ...]) -> FrameKind:
-    if path.startswith("<frozen"):
-        return FrameKind.STDLIB
-    if path.startswith("<") or _GENERATED_PATH.search(path):
-        return FrameKind.GENERATED
-    if _TOOL_PATH.search(path):
-        return FrameKind.TOOL
-    clean = path.replace("\\", "/")
-    if any(clean.startswith(prefix) or clean.lstrip("./").startswith(prefix.lstrip("./")) for prefix in user_code):
-        return FrameKind.USER
-    parts = [p for p in clean.split("/") if p and p != "."]
-    top = parts[0][:-3] if parts and parts[0].endswith(".py") else (parts[0] if parts else "")
-    installed = bool(_INSTALLED.search(path))
-    if top in _TORCH or (installed and any(p in _TORCH for p in parts)):
-        return FrameKind.TORCH
-    if not clean.startswith("/") and top in _STDLIB:
-        return FrameKind.STDLIB
-    if _STDLIB_PATH.search(path) and not installed:
-        return FrameKind.STDLIB
-    if installed or top in _LIBRARIES or (clean.startswith("/") and any(p in _LIBRARIES for p in parts[:-1])):
-        return FrameKind.LIBRARY
-    return FrameKind.USER
-
-
 @functools.lru_cache(maxsize=65536)
 def frame_kind(name: str, user_code: tuple[str, ...] = ()) -> FrameKind:
     parsed = parse_frame(name)
     if parsed is None:
         return FrameKind.OTHER
-    return _path_kind(parsed[0], user_code)
+    return path_kind(parsed[0], user_code)
 
 
 def is_inner_function(name: str) -> bool:
