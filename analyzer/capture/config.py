@@ -96,6 +96,11 @@ SCHEMA: tuple[Field, ...] = (
     Field("compile.mode", str, "default", "compile_decode script: the `torch.compile` mode of the decode step "
           "(reduce-overhead and max-autotune also replay it as a CUDA graph on CUDA)",
           choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
+    Field("memory_history.enabled", bool, True, "CUDA only: record the caching allocator's own history during the "
+          "profiled window (torch.cuda.memory._record_memory_history, Python stacks) and write memory_snapshot.pickle; "
+          "the time phase also measures the step time with recording on (its overhead)"),
+    Field("memory_history.max_entries", int, 100_000, "most allocator events the history keeps (older ones are "
+          "dropped first)", minimum=1),
     Field("sync_debug_pass", bool, True, "CUDA only: a separate unprofiled pass that records the file:line of "
           "every synchronizing call (torch.cuda.set_sync_debug_mode)"),
 )
@@ -162,6 +167,12 @@ class CompileConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryHistoryConfig:
+    enabled: bool
+    max_entries: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CaptureConfig:
     """A validated workload. `path` is the YAML file (error messages name it); every other attribute is a SCHEMA key,
     a section's keys on its own object. Numbers keep the type the YAML gave them (an int where a float is allowed),
@@ -183,6 +194,7 @@ class CaptureConfig:
     serve: ServeConfig
     hf: HFConfig
     compile: CompileConfig
+    memory_history: MemoryHistoryConfig
     sync_debug_pass: bool
 
     @classmethod

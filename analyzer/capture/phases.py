@@ -1,4 +1,5 @@
-"""The phases of a capture, in order: time -> compare modes -> profile -> sample -> script facts.
+"""The phases of a capture, in order: time -> compare modes -> memory-history overhead -> profile -> sample -> script
+facts.
 
 Each phase takes the `CaptureSession` and the workload kind and returns its part of meta.json; the runner merges the
 parts in order, so a phase that fails leaves the parts of the phases before it in meta.json. What a phase measures is
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pickle
 import statistics
 import time
 from typing import Callable, Protocol
@@ -22,6 +24,7 @@ from analyzer.capture.session import CaptureSession
 from analyzer.capture.syncdebug import SyncSiteRecorder
 
 TRACE_FILE = "rank0.trace.json.gz"
+SNAPSHOT_FILE = "memory_snapshot.pickle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +95,10 @@ class WorkloadKind(Protocol):
 
     def sample_plan(self, sync_debug: bool) -> Plan: ...
 
+    def retime(self, session: CaptureSession) -> dict | None:
+        """The unprofiled timing once more (its `step_ms`), for a comparison made under other conditions; None
+        where the kind has no cheap way to repeat it."""
+
     def run_sampled(self, session: CaptureSession, sampler: Sampler) -> int:
         """Run the sampling pass, calling `sampler.sample()` after each step; returns the steps it ran."""
 
@@ -107,6 +114,48 @@ def time_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 def compare_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     """`timing.compare_modes`: the other decode mode, timed the same way (meta.json's `mode_comparison`)."""
     return kind.compare_modes(session) if session.config.timing.compare_modes else {}
+
+
+@contextlib.contextmanager
+def memory_history(session: CaptureSession):
+    """Records the caching allocator's own history (every alloc / free / segment map with its Python stack) while
+    open, where the workload asks for it and CUDA runs it; yields whether it is recording."""
+    history = session.config.memory_history
+    if not (session.cuda and history.enabled):
+        yield False
+        return
+    try:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                                 max_entries=history.max_entries)
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        session.note(f"memory_history: not recorded on torch {torch.__version__} ({exc.__class__.__name__}: {exc})")
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def history_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
+    """What recording the allocator's history costs: the unprofiled step time without and then with it, back to
+    back (meta.json's `memory_history`)."""
+    history = session.config.memory_history
+    if not (session.cuda and history.enabled):
+        return {}
+    part = {"enabled": True, "max_entries": history.max_entries, "stacks": "python", "context": "all"}
+    without = kind.retime(session)
+    if without is None:
+        return {"memory_history": part | {"overhead": None,
+                                          "note": f"not measured for {kind.unit}: no cheap way to repeat the timing"}}
+    with memory_history(session) as recording:
+        with_history = kind.retime(session) if recording else None
+    if with_history is None:
+        return {"memory_history": part | {"enabled": False}}
+    before, after = without["step_ms"]["p50"], with_history["step_ms"]["p50"]
+    return {"memory_history": part | {"step_ms_p50_without": before, "step_ms_p50_with": after,
+                                      "overhead": after / before - 1 if before else None,
+                                      "statistic": "p50 of unprofiled steps, timed back to back"}}
 
 
 def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
@@ -131,10 +180,12 @@ def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     if schedule is not None:
         options["schedule"] = torch.profiler.schedule(wait=schedule.wait, warmup=schedule.warmup,
                                                       active=schedule.active, repeat=1)
-    with torch.profiler.profile(**options) as prof:
-        kind.run_profiled(session, prof, window_opens)
-    session.sync()
-    window_s = time.perf_counter() - t0
+    with memory_history(session) as recording:
+        with torch.profiler.profile(**options) as prof:
+            kind.run_profiled(session, prof, window_opens)
+        session.sync()
+        window_s = time.perf_counter() - t0
+        snapshot = torch.cuda.memory._snapshot() if recording else None
     stats_after = session.memory_stats()
     session.progress.phase("writing trace", 1)
     prof.export_chrome_trace(str(session.file(TRACE_FILE)))
@@ -144,6 +195,14 @@ def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
                 "schedule": dataclasses.asdict(schedule) if schedule is not None else None,
                 "annotations": recorded.annotations, "window_wall_s": window_s,
                 "memory_stats_delta": memory_stats_delta(edges["before"], stats_after)}
+    if snapshot is not None:
+        with open(session.file(SNAPSHOT_FILE), "wb") as f:
+            pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+        traces = snapshot.get("device_traces") or []
+        profiled["memory_snapshot"] = {"file": SNAPSHOT_FILE, "segments": len(snapshot.get("segments") or []),
+                                       "trace_entries": sum(len(t) for t in traces),
+                                       "max_entries": session.config.memory_history.max_entries,
+                                       "clock": "time_us: Unix epoch µs (trace ts + baseTimeNanoseconds / 1000)"}
     if plan.counters_after:
         profiled["memory_stats_after"] = {k: v for k, v in stats_after.items()
                                           if k.startswith(("num_", "allocated_bytes.all", "reserved_bytes.all",
@@ -176,7 +235,7 @@ def script_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 #: the sequence every workload kind runs
-PHASES = (time_phase, compare_phase, profile_phase, sample_phase, script_phase)
+PHASES = (time_phase, compare_phase, history_phase, profile_phase, sample_phase, script_phase)
 
 
 def profiler_options(session: CaptureSession) -> dict:

@@ -70,6 +70,9 @@ class ServeKind:
         served["reported_session"] = chosen
         return runs[chosen], served
 
+    def retime(self, session: CaptureSession) -> None:
+        return None  # a session of traffic is too long to time again for a comparison
+
     def compare_modes(self, session: CaptureSession) -> dict:
         return {}  # a serving engine decodes in one mode
 

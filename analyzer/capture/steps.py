@@ -62,6 +62,9 @@ class StepsKind:
                                     "eager_over_graph": by_mode["eager"] / by_mode["cuda_graph"],
                                     "statistic": "p50 of unprofiled steps", "other_mode_timing": other}}
 
+    def retime(self, session: CaptureSession) -> dict:
+        return time_steps(session, self.wl)
+
     # --- profile ------------------------------------------------------------------------------------------------
 
     def profile_plan(self) -> ProfilePlan:
