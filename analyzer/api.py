@@ -28,6 +28,7 @@ from analyzer.report.plotly_json import packed
 from analyzer.trace import TraceError, TraceModel, load_trace
 from analyzer.trace.inputs import TraceInput, is_trace_file, latest_run, resolve_inputs, trace_stem
 from analyzer.trace.runmeta import RunMeta, read_meta
+from analyzer.trace.snapshot import MemorySnapshot, read_snapshot
 from analyzer.views.context import AnalysisContext
 from analyzer.views.idle import CAUSES
 
@@ -41,10 +42,12 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Trace:
-    """A loaded trace with its run's metadata and where its reports go."""
+    """A loaded trace with its run's metadata, the allocator's snapshot when there is one, and where its reports
+    go."""
     source: TraceInput
     model: TraceModel
     meta: RunMeta | None
+    snapshot: MemorySnapshot | None = None
 
 
 @dataclasses.dataclass
@@ -73,19 +76,30 @@ def load_model(path: str | Path, *, cache: bool = True, progress=None) -> TraceM
         raise UsageError(str(exc)) from None
 
 
-def load(item: TraceInput | str | Path, *, cache: bool = True, progress=None) -> Trace:
+def load(item: TraceInput | str | Path, *, cache: bool = True, progress=None, snapshot: str | Path | None = None,
+         meta: RunMeta | None = None) -> Trace:
+    """One trace, its meta.json (or `meta` already read) and its memory snapshot (`snapshot`, else the one beside
+    it). A bad trace or snapshot is a one-line UsageError."""
     if not isinstance(item, TraceInput):
         items = find(item)
         if len(items) != 1:
             raise UsageError(f"{item}: holds {len(items)} traces; name one")
         item = items[0]
-    meta = read_meta(item.meta) if item.meta else None
-    return Trace(item, load_model(item.trace, cache=cache, progress=progress), meta)
+    if snapshot is not None:
+        item = dataclasses.replace(item, snapshot=Path(snapshot))
+    if meta is None and item.meta:
+        meta = read_meta(item.meta)
+    model = load_model(item.trace, cache=cache, progress=progress)
+    try:
+        memory = read_snapshot(item.snapshot) if item.snapshot else None
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    return Trace(item, model, meta, memory)
 
 
 def analyze(trace: Trace, *, user_code: tuple[str, ...] = (), hta: bool = False) -> Analysis:
     started = time.perf_counter()
-    context = AnalysisContext(trace.model, trace.meta, user_code=user_code)
+    context = AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot)
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
         report = assemble_report(context, trace.source.trace, started)
     if hta:
@@ -117,4 +131,4 @@ def timeline(analysis: Analysis, report: dict | None = None) -> TimelineData:
 def views(trace: Trace, *, user_code: tuple[str, ...] = ()) -> Analysis:
     """An analysis whose views are computed only as they are asked for (no detectors run): for the timeline of a
     trace whose report is already on disk."""
-    return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code), {})
+    return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot), {})

@@ -36,6 +36,7 @@ class Run:
     trace: Path
     meta: Path | None
     out_dir: Path  # where `analyze` writes this trace's report.*
+    snapshot: Path | None = None  # the allocator's memory snapshot beside the trace
 
     def stamp(self) -> tuple[int, int]:
         st = self.trace.stat()
@@ -93,7 +94,7 @@ def discover_runs(root: Path) -> list[Run]:
                 meta = item.meta if item.meta and _inside(item.meta, root) else None
                 if run_id not in seen:
                     seen.add(run_id)
-                    runs.append(Run(run_id, item.trace, meta, item.out_dir))
+                    runs.append(Run(run_id, item.trace, meta, item.out_dir, item.snapshot))
     return runs
 
 
@@ -323,8 +324,8 @@ class RunStore:
         return analysis.report
 
     def _trace(self, run: Run) -> api.Trace:
-        item = api.TraceInput(run.trace, run.meta, run.out_dir)
-        return api.Trace(item, api.load_model(run.trace, cache=True), self.meta(run))
+        return api.load(api.TraceInput(run.trace, run.meta, run.out_dir, run.snapshot), cache=True,
+                        meta=self.meta(run))
 
     def _persist(self, run: Run, texts: dict[str, str]) -> bool:
         for folder in self._report_dirs(run):

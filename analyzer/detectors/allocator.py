@@ -3,11 +3,13 @@ reserved timelines, their peaks, the cached (reserved - allocated) share, reserv
 churn per step and per call site, and memory_stats counters from the capture."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 
 from analyzer.views import apis
+from analyzer.detectors.allocator_records import snapshot_findings, snapshot_section
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import outermost_op
@@ -136,7 +138,19 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         "memory_stats_delta": {k: stats[k] for k in STATS_KEYS if k in stats} if stats else None,
         "oom_events": int(mem.is_oom.sum()),
     }
-    return DetectorResult({"allocator": data}, tuple(_findings(ctx, data, steps)))
+    findings = _findings(ctx, data, steps)
+    snapshot = snapshot_section(ctx)
+    if snapshot is not None:  # the key is absent without a snapshot: such reports stay as they were
+        data["snapshot"] = snapshot
+        parent = next((f for f in findings if f.id == "allocator"), None)
+        extra = snapshot_findings(ctx, snapshot, parent)
+        lines = [f for f in extra if f.parent]
+        if parent is not None and lines:  # the allocator's records name the exact line
+            top = max(lines, key=lambda f: f.impact_us)
+            findings[findings.index(parent)] = dataclasses.replace(parent, call_site=top.call_site,
+                                                                   library_site=top.library_site)
+        findings += extra
+    return DetectorResult({"allocator": data}, tuple(findings))
 
 
 def _reserved_change(ts: np.ndarray, reserved: np.ndarray, start: int, end: int) -> int | None:

@@ -8,6 +8,7 @@ from analyzer.errors import UsageError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = {"meta.json", "report.json"}
+SNAPSHOT_NAMES = ("memory_snapshot.pickle", "memory_snapshot.pickle.gz")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,6 +16,11 @@ class TraceInput:
     trace: Path
     meta: Path | None  # meta.json beside the trace, written by `capture`
     out_dir: Path  # where report.* go by default
+    snapshot: Path | None = None  # the allocator's memory snapshot beside it (capture writes one on CUDA)
+
+
+def snapshot_beside(folder: Path) -> Path | None:
+    return next((folder / n for n in SNAPSHOT_NAMES if (folder / n).is_file()), None)
 
 
 def is_trace_file(path: Path) -> bool:
@@ -44,7 +50,8 @@ def resolve_inputs(path: str | Path, out: str | Path | None = None) -> list[Trac
             raise UsageError(f"{path}: not a trace file (expected .json or .json.gz)")
         meta = path.parent / "meta.json"
         default_out = path.parent / f"{trace_stem(path)}.report"
-        return [TraceInput(path, meta if meta.is_file() else None, Path(out) if out else default_out)]
+        return [TraceInput(path, meta if meta.is_file() else None, Path(out) if out else default_out,
+                           snapshot_beside(path.parent))]
     traces = sorted(p for p in path.iterdir() if is_trace_file(p))
     if not traces:
         raise UsageError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
@@ -52,7 +59,7 @@ def resolve_inputs(path: str | Path, out: str | Path | None = None) -> list[Trac
     meta = meta if meta.is_file() else None
     base = Path(out) if out else path
     if len(traces) == 1:
-        return [TraceInput(traces[0], meta, base)]
+        return [TraceInput(traces[0], meta, base, snapshot_beside(path))]
     return [TraceInput(t, meta, base / f"{trace_stem(t)}.report") for t in traces]
 
 

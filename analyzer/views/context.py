@@ -9,7 +9,9 @@ import numpy as np
 
 from analyzer.trace import TraceModel
 from analyzer.trace.runmeta import RunMeta
+from analyzer.trace.snapshot import MemorySnapshot
 from analyzer.views import apis
+from analyzer.views.allocations import AllocatorRecords
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graphs import GraphUse, graph_use
 from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
@@ -34,10 +36,12 @@ class MemorySeries:
 class AnalysisContext:
     """The trace model plus what is derived from it once and read by several detectors."""
 
-    def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = ()):
+    def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = (),
+                 snapshot: MemorySnapshot | None = None):
         self.model = model
         self.meta = meta
         self.user_code = tuple(user_code)
+        self.snapshot = snapshot  # the caching allocator's own records, when the run has them
 
     @functools.cached_property
     def timeline(self) -> GpuTimeline:
@@ -111,6 +115,11 @@ class AnalysisContext:
     def step_table(self) -> list[dict]:
         """report.json's gaps.per_step: each step's CPU span, the GPU work it launched and the idle before it."""
         return step_table(self)
+
+    @functools.cached_property
+    def allocator_records(self) -> AllocatorRecords | None:
+        """The allocator's own records joined to the trace, when the run has a memory snapshot."""
+        return AllocatorRecords(self.model, self.snapshot, self.runtime_classes) if self.snapshot else None
 
     @functools.cached_property
     def blocking(self) -> np.ndarray:

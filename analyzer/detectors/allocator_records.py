@@ -1,0 +1,198 @@
+"""report.json's allocator.snapshot and its findings, from the caching allocator's own records (analyzer.views.
+allocations): allocating lines, cache hits per step, the segments at the reserved peak and at the end, what
+empty_cache() released and what it cost, and fragmentation."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer.detectors.base import AnalysisContext, Finding, SiteTable, severity_for
+from analyzer.trace.snapshot import (ACTIONS, ALLOC, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                                     SEGMENT_UNMAP)
+from analyzer.units import fmt_bytes, us
+from analyzer.views.idle import ALLOCATOR
+
+MAX_SEGMENTS = 50
+FRAGMENTED_SHARE = 0.25  # cached-but-free share of the reserved peak that makes a fragmentation finding
+VARYING_SIZES = 3  # distinct request sizes at one line that make "sizes vary per step"
+
+
+def snapshot_section(ctx: AnalysisContext) -> dict | None:
+    records = ctx.allocator_records
+    if records is None:
+        return None
+    snap, e = records.snapshot, records.snapshot.entries
+    counts = {name: int((e.action == code).sum()) for code, name in enumerate(ACTIONS)}
+    idle_by_row = defaultdict(float)
+    idle = ctx.idle
+    for i in np.flatnonzero(idle.cause == ALLOCATOR).tolist():
+        idle_by_row[int(idle.row[i])] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
+    rt = ctx.model.runtime
+    call_of_entry = {int(entry): int(row) for row, entry in zip(records.call_rows.tolist(),
+                                                                records.call_entry.tolist()) if entry >= 0}
+    sites = SiteTable(sums=("cuda_call_us", "gpu_idle_us"), count=None)
+    sizes: dict[str, set] = defaultdict(set)
+    steps = ctx.steps
+    step_of = steps.index_at(records.entry_ns) if len(steps) and len(e) else np.full(len(e), -1)
+    per_step = defaultdict(lambda: {"allocs": 0, "segment_allocs": 0})
+    interesting = np.flatnonzero(np.isin(e.action, (ALLOC, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                                                    SEGMENT_UNMAP)))
+    for k in interesting.tolist():
+        action, stack = int(e.action[k]), int(e.stack[k])
+        site = records.site(stack)
+        if step_of[k] >= 0 and action in (ALLOC, SEGMENT_ALLOC):
+            per_step[int(step_of[k])]["allocs" if action == ALLOC else "segment_allocs"] += 1
+        if action == ALLOC:
+            row = sites.add(site.label, lambda site=site: _new_site(site), allocs=1, bytes_allocated=int(e.size[k]))
+            sizes[site.label].add(int(e.size[k]))
+            continue
+        call = call_of_entry.get(k, -1)
+        reserve = action in (SEGMENT_ALLOC, SEGMENT_MAP)
+        row = sites.add(site.label, lambda site=site: _new_site(site),
+                        (us(records.entry_ns[k]) if records.entry_ns[k] >= 0 else None, int(e.size[k]),
+                         ACTIONS[action]),
+                        **{"segment_allocs" if reserve else "segment_frees": 1,
+                           "bytes_reserved" if reserve else "bytes_released": int(e.size[k])},
+                        cuda_call_us=(rt.end_ns[call] - rt.start_ns[call]) / 1e3 if call >= 0 else 0.0,
+                        gpu_idle_us=idle_by_row.get(call, 0.0))
+        if reserve and step_of[k] >= 0:
+            row["steps"].add(int(step_of[k]))
+    site_list = sites.rows(lambda s: (-(s["segment_allocs"] + s["segment_frees"]), -s["allocs"]))
+    for s in site_list:
+        s["request_sizes"] = len(sizes.get(s["call_site"], ()))
+        s["steps_with_segment_alloc"] = len(s.pop("steps"))
+    return {
+        "source": snap.path, "has_history": snap.has_history, "entries": counts, "alignment": records.alignment,
+        "sites": site_list[:50],
+        "per_step": [{"step": steps.names[k], **v, "cache_hits": v["allocs"] - v["segment_allocs"]}
+                     for k, v in sorted(per_step.items())],
+        "peak": _peak(records), "end": _end(records),
+        "largest_missed_request_bytes": _largest_missed(records),
+        "empty_cache": _empty_cache(records, call_of_entry, idle_by_row),
+        "settings": snap.settings,
+    }
+
+
+def _new_site(site) -> dict:
+    return {"call_site": site.label, "line": site.line, "function": site.code, "library_site": site.library_line,
+            "stack": list(site.stack), "allocs": 0, "bytes_allocated": 0, "segment_allocs": 0, "segment_frees": 0,
+            "bytes_reserved": 0, "bytes_released": 0, "steps": set()}
+
+
+def _peak(records) -> dict | None:
+    best = None
+    for device, s in records.series.items():
+        if not len(s["rows"]):
+            continue
+        i = int(np.argmax(s["reserved"]))
+        if best is None or s["reserved"][i] > best[2]:
+            best = (device, int(s["rows"][i]), int(s["reserved"][i]), int(s["allocated"][i]))
+    if best is None:
+        return None
+    device, row, reserved, allocated = best
+    segments = records.segments_at(device, row)
+    free = [seg["total"] - seg["active"] for seg in segments]
+    t = records.entry_ns[row]
+    return {"device": device, "ts_us": us(t) if t >= 0 else None, "reserved_bytes": reserved,
+            "allocated_bytes": allocated, "cached_bytes": reserved - allocated, "segments": len(segments),
+            "largest_segment_free_bytes": max(free, default=0),
+            "segments_detail": [{**seg, "free": seg["total"] - seg["active"]} for seg in segments[:MAX_SEGMENTS]]}
+
+
+def _end(records) -> dict:
+    snap = records.snapshot
+    segments, inactive_split, largest_free = [], 0, 0
+    for seg in snap.segments:
+        active = sum(b.size for b in seg.blocks if b.state != "inactive")
+        inactive = [b.size for b in seg.blocks if b.state == "inactive"]
+        if active and inactive:
+            inactive_split += sum(inactive)
+        largest_free = max([largest_free, *inactive])
+        segments.append({"device": seg.device, "address": seg.address, "total": seg.total_size, "active": active,
+                         "allocated": seg.allocated_size, "inactive": sum(inactive), "type": seg.segment_type,
+                         "expandable": seg.expandable,
+                         "blocks": [{"size": b.size, "requested": b.requested_size, "state": b.state,
+                                     "line": records.site(b.stack).label if b.stack >= 0 else None}
+                                    for b in seg.blocks][:64]})
+    segments.sort(key=lambda s: -s["total"])
+    return {"reserved_bytes": sum(s["total"] for s in segments), "allocated_bytes": sum(s["allocated"] for s in segments),
+            "segments": len(segments), "inactive_split_bytes": inactive_split, "largest_free_block_bytes": largest_free,
+            "segments_detail": segments[:MAX_SEGMENTS]}
+
+
+def _largest_missed(records) -> int | None:
+    """The largest request that found no cached block: the alloc right after each segment_alloc."""
+    e = records.snapshot.entries
+    reserves = np.flatnonzero(np.isin(e.action, (SEGMENT_ALLOC, SEGMENT_MAP)))
+    allocs = np.flatnonzero(e.action == ALLOC)
+    if not len(reserves) or not len(allocs):
+        return None
+    nxt = np.searchsorted(allocs, reserves)
+    nxt = nxt[nxt < len(allocs)]
+    return int(e.size[allocs[nxt]].max()) if len(nxt) else None
+
+
+def _empty_cache(records, call_of_entry: dict, idle_by_row: dict) -> dict:
+    """Segments released by torch.cuda.empty_cache(), where it was called, and the cudaMallocs that followed."""
+    e, snap = records.snapshot.entries, records.snapshot
+    frees = [k for k in np.flatnonzero(e.action == SEGMENT_FREE).tolist()
+             if e.stack[k] >= 0 and any(f[2] == "empty_cache" for f in snap.stacks[e.stack[k]])]
+    if not frees:
+        return {"segments_released": 0}
+    first = frees[0]
+    later = [k for k in np.flatnonzero(np.isin(e.action, (SEGMENT_ALLOC, SEGMENT_MAP))).tolist() if k > first]
+    calls = [call_of_entry[k] for k in later if k in call_of_entry]
+    rt = records.model.runtime
+    return {"segments_released": len(frees), "bytes_released": int(e.size[frees].sum()),
+            "sites": sorted({records.site(int(e.stack[k])).label for k in frees}),
+            "segment_allocs_after": len(later),
+            "cuda_malloc_us_after": round(sum((rt.end_ns[c] - rt.start_ns[c]) / 1e3 for c in calls), 3),
+            "gpu_idle_us_after": round(sum(idle_by_row.get(c, 0.0) for c in calls), 3)}
+
+
+def snapshot_findings(ctx: AnalysisContext, section: dict, parent: Finding | None) -> list[Finding]:
+    """Children of the allocator finding by exact line (they split its GPU idle), and a fragmentation finding
+    whose cost is memory (its GPU idle, 0, is left to the allocator finding)."""
+    out = []
+    window_us = ctx.timeline.window_ns / 1e3
+    if parent is not None:
+        for k, s in enumerate(x for x in section["sites"] if x["gpu_idle_us"] > 0):
+            what = (f"{s['segment_allocs']} segment reserves ({fmt_bytes(s['bytes_reserved'])})" if s["segment_allocs"]
+                    else f"{s['segment_frees']} segment releases ({fmt_bytes(s['bytes_released'])})")
+            via = " through torch.cuda.empty_cache()" if any("in empty_cache" in f for f in s["stack"]) else ""
+            out.append(Finding(
+                kind="allocator_churn", severity=severity_for(s["gpu_idle_us"], window_us),
+                title=f"of which {what}{via} at {s['call_site']}", call_site=s["call_site"],
+                library_site=s["library_site"], impact_us=s["gpu_idle_us"],
+                count=s["segment_allocs"] + s["segment_frees"], id=f"allocator.{k}", parent=parent.id,
+                advice="The allocator's own records name this line exactly (memory_snapshot.pickle).",
+                detail={"stack": s["stack"], "cuda_call_us": s["cuda_call_us"], "request_sizes": s["request_sizes"]},
+                occurrences_us=tuple((o[0], o[0]) for o in s["occurrences"] if o[0] is not None)))
+    peak = section["peak"]
+    if peak and peak["reserved_bytes"]:
+        cached = peak["cached_bytes"]
+        share = cached / peak["reserved_bytes"]
+        varying = [s for s in section["sites"] if s["request_sizes"] >= VARYING_SIZES and s["segment_allocs"]]
+        grew = sum(s["segment_allocs"] for s in section["sites"])
+        if share >= FRAGMENTED_SHARE and grew:
+            conf = ctx.traits.alloc_conf
+            advice = (f"Reserved memory holds cached blocks that new requests cannot use: requests of sizes that "
+                      f"change from step to step find no cached block large enough, so the allocator reserves new "
+                      f"segments while old ones sit partly empty. Set {conf}=expandable_segments:True (segments grow "
+                      f"in place instead of multiplying), pad or bucket the sizes to a few values, or preallocate the "
+                      f"largest buffer once and reuse it.")
+            if varying:
+                advice += f" Sizes vary most at {varying[0]['call_site']} ({varying[0]['request_sizes']} sizes)."
+            out.append(Finding(
+                kind="allocator_fragmentation", severity="medium" if share < 0.5 else "high",
+                title=f"Fragmented cache: at the reserved peak {fmt_bytes(cached)} of {fmt_bytes(peak['reserved_bytes'])}"
+                      f" reserved is cached but free, over {peak['segments']} segments (largest request that found no "
+                      f"block: {fmt_bytes(section['largest_missed_request_bytes'] or 0)})",
+                call_site=varying[0]["call_site"] if varying else None,
+                library_site=varying[0]["library_site"] if varying else None, impact_us=0.0, count=grew,
+                id="allocator_fragmentation", advice=advice,
+                detail={"wasted_bytes": cached, "gpu_idle_us": 0.0, "peak": {k: v for k, v in peak.items()
+                                                                            if k != "segments_detail"},
+                        "inactive_split_bytes_at_end": section["end"]["inactive_split_bytes"]}))
+    return out
