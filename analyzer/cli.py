@@ -7,6 +7,7 @@ the standard library, and `schema` not even torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -26,6 +27,13 @@ def cmd_analyze(args) -> int:
     """Load, analyze and render every trace PATH names before writing any report, so a bad rank leaves none."""
     from analyzer import api
     items = api.find(api.latest_run(args.path) if args.latest else args.path, args.out)
+    if args.memory_snapshot:
+        if len(items) != 1:
+            raise UsageError(f"{args.path}: holds {len(items)} traces; --memory-snapshot belongs to one of them")
+        snapshot = Path(args.memory_snapshot)
+        if not snapshot.is_file():
+            raise UsageError(f"{snapshot}: no such memory snapshot file")
+        items = [dataclasses.replace(items[0], snapshot=snapshot)]
     done = [api.analyze(_load(item, cache=not args.no_cache), user_code=tuple(args.user_code or ()), hta=args.hta)
             for item in items]
     for analysis in done:
@@ -181,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--user-code", action="append", metavar="PREFIX",
                      help="a path prefix of your own code (repeatable), e.g. --user-code vllm/ when you work on vLLM:"
                           " its frames become call sites instead of library context")
+    ana.add_argument("--memory-snapshot", metavar="PICKLE",
+                     help="a torch.cuda.memory._snapshot() pickle of the same run (default: memory_snapshot.pickle "
+                          "beside the trace): joins the allocator's own records to the trace")
     ana.set_defaults(func=cmd_analyze)
     dif = sub.add_parser("diff", help="compare two runs (before / after a fix): findings, steps, utilization")
     dif.add_argument("before", help="run folder, trace file or report.json")

@@ -286,8 +286,28 @@ class TimelineData:
         return lanes
 
     def _memory(self) -> list[MemoryCurve]:
-        return [MemoryCurve(m.device, self._rel(m.ts_ns), np.asarray(m.allocated), np.asarray(m.reserved))
-                for m in self.ctx.memory_series]
+        """The [memory] events' curves, with each reserved drop moved to the end of the cudaFree (cuMemUnmap,
+        ...) that caused it: a release emits no [memory] event of its own, so the new reserved value would
+        otherwise first show at the next allocation."""
+        rt, names = self.model.runtime, self.model.names
+        releases = np.flatnonzero(self.ctx.runtime_classes == apis.IS_ALLOC)
+        releases = releases[[names[c] not in apis.ALLOC_RESERVE for c in rt.name[releases]]]
+        ends = np.sort(rt.end_ns[releases])
+        out = []
+        for m in self.ctx.memory_series:
+            ts, alloc, res = m.ts_ns, np.asarray(m.allocated), np.asarray(m.reserved)
+            if len(ends) and len(ts):
+                nxt = np.searchsorted(ts, ends, side="right")  # the first [memory] event after each release
+                ok = (nxt > 0) & (nxt < len(ts))
+                ok[ok] &= res[nxt[ok]] < res[nxt[ok] - 1]  # the reserved value did drop across the release
+                at, nxt = ends[ok], nxt[ok]
+                ts = np.concatenate([ts, at])
+                alloc = np.concatenate([alloc, alloc[nxt - 1]])
+                res = np.concatenate([res, res[nxt]])
+                order = np.argsort(ts, kind="stable")
+                ts, alloc, res = ts[order], alloc[order], res[order]
+            out.append(MemoryCurve(m.device, self._rel(ts), alloc, res))
+        return out
 
     # ------------------------------------------------------------ views
 
@@ -300,9 +320,20 @@ class TimelineData:
         hi = max(hi, lo + 10.0)  # 10 ns: a narrower window has nothing more to show
         lanes = [lane_view(lane, lo, hi, bins) for lane in self.lanes]
         memory = []
+        end = self.extent[1]
         for m in self.memory:
             keep = np.union1d(thin_curve(m.ts, m.reserved, lo, hi, bins), thin_curve(m.ts, m.allocated, lo, hi, bins))
-            memory.append(MemoryCurve(m.device, m.ts[keep], m.allocated[keep], m.reserved[keep]))
+            ts, alloc, res = m.ts[keep], m.allocated[keep], m.reserved[keep]
+            if len(ts):  # values hold until the next event: carried to the window's edges and past the last one
+                before = ts <= lo
+                first = int(np.flatnonzero(before)[-1]) if before.any() else 0
+                edge_lo, edge_hi = max(lo, float(ts[0])), max(hi if hi < end else end, float(ts[-1]))
+                last = int(np.searchsorted(ts, edge_hi, side="right")) - 1
+                ts = np.concatenate([[edge_lo], ts[(ts > edge_lo) & (ts < edge_hi)], [edge_hi]])
+                inside = (m.ts[keep] > edge_lo) & (m.ts[keep] < edge_hi)
+                alloc = np.concatenate([[alloc[first]], alloc[inside], [alloc[last]]])
+                res = np.concatenate([[res[first]], res[inside], [res[last]]])
+            memory.append(MemoryCurve(m.device, ts, alloc, res))
         steps = self.gpu_lanes[0]
         shown = steps.visible(lo, hi)
         edges = np.unique(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
