@@ -23,6 +23,8 @@ SYNC_MARKER = "host sync call"
 LANE_HALF = 0.4  # of the 1-unit lane pitch
 LANE_PX = 34
 MEMORY_PX = 210
+MEMORY_HOVER_POINTS = 400
+MEMORY_POINT = "memory"  # customdata of the memory lane's hover points: a click there picks the segment view's time
 HOVER_BINS = 200  # binned lanes: one hover point per group of bins
 MAX_STEP_BARS = 200
 MAX_NAMED_STEP_BARS = 24
@@ -150,20 +152,31 @@ def _sync_markers(traces: list, data: TimelineData, view: TimelineView, y: float
         meta={"kind": "sync"}))
 
 
-def _memory(traces: list, data: TimelineData, view: TimelineView, row: int) -> str:
+def _memory(traces: list, data: TimelineData, view: TimelineView, row: int, highlights=()) -> str:
     unit, div = mem_unit(data.reserved_peak_bytes)
     dashes = ("solid", "dash", "dot", "dashdot")
+    grid = np.linspace(view.lo, view.hi, MEMORY_HOVER_POINTS)
     for n, m in enumerate(view.memory):
+        at = np.searchsorted(m.ts, grid, side="right") - 1
+        inside = (at >= 0) & (grid <= m.ts[-1]) if len(m.ts) else np.zeros(len(grid), bool)
         for key, values, color in (("memory_reserved", m.reserved, RESERVED_COLOR),
                                    ("memory_allocated", m.allocated, ALLOCATED_COLOR)):
             keep = np.ones(len(values), bool)
             keep[1:-1] = values[1:-1] != values[:-2]  # a step line needs only the changes (and the last sample)
+            name = f"{key} GPU {m.device}"
             traces.append(_scatter(
                 row, x=_ms(m.ts[keep]), y=(values[keep] / div).astype(np.float32), mode="lines",
-                line={"color": color, "width": 2, "shape": "hv", "dash": dashes[n % 4]},
-                name=f"{key} GPU {m.device}", legend="legend2",
-                hovertemplate=f"{key} GPU {m.device}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms<extra></extra>",
-                meta={"kind": key, "device": m.device, "unit": unit}))
+                line={"color": color, "width": 2, "shape": "hv", "dash": dashes[n % 4]}, name=name,
+                legend="legend2", legendgroup=name, hoverinfo="skip", meta={"kind": key, "device": m.device,
+                                                                             "unit": unit}))
+            # the line's value at evenly spaced x, so that hovering anywhere along it reads it (a step line
+            # has points only where it changes); clicking one shows the allocator's segments at that time
+            traces.append(_scatter(
+                row, x=_ms(grid[inside]), y=(values[at[inside]] / div).astype(np.float32), mode="markers",
+                marker={"color": color, "size": 8, "opacity": 0}, name=name, legend="legend2", legendgroup=name,
+                showlegend=False, hovertemplate=f"{key} GPU {m.device}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms"
+                                                f"<extra></extra>", customdata=[[MEMORY_POINT, m.device]] * int(inside.sum()),
+                meta={"kind": f"{key}_hover"}))
     calls = view.allocs
     if len(calls.rows):
         reserve = data.reserves(calls.rows)
@@ -173,18 +186,32 @@ def _memory(traces: list, data: TimelineData, view: TimelineView, row: int) -> s
             ys = (first.reserved[at] / div).astype(np.float32)
         else:
             ys = np.zeros(len(calls.rows), np.float32)
+        chosen = np.zeros(len(calls.rows), bool)
+        for s, e in highlights:  # a selected finding's calls stand out
+            chosen |= (calls.ends >= s) & (calls.starts <= e)
         for label, symbol, want in (("cudaMalloc (reserve)", "triangle-up", True),
                                     ("cudaFree (release)", "triangle-down", False)):
             pick = reserve == want
             if not pick.any():
                 continue
+            selected = np.flatnonzero(chosen[pick]).tolist()
             traces.append(_scatter(
                 row, x=_ms(calls.starts[pick]), y=ys[pick], mode="markers", name=label, legend="legend2",
                 marker={"symbol": symbol, "size": 12, "color": CAUSE_COLORS["allocator"],
                         "line": {"width": 1, "color": "#333"}},
                 text=[data.describe_call(int(r)) for r in calls.rows[pick]], hovertemplate="%{text}<extra></extra>",
-                meta={"kind": "alloc_call"}))
+                meta={"kind": "alloc_call", "selected": len(selected)},
+                **({"selectedpoints": selected, "selected": {"marker": {"size": 18, "color": "#D55E00"}},
+                    "unselected": {"marker": {"opacity": 0.35}}} if highlights else {})))
     return unit
+
+
+def _memory_note(data: TimelineData) -> str | None:
+    source = data.memory_source
+    if source is None:
+        return ("no [memory] events in this trace (captured without profile_memory) and no allocator snapshot "
+                "or meta.json samples: memory is unknown here, not 0")
+    return None if source == "[memory] events" else f"from {source}"
 
 
 def _lane_axis(domain, labels: list[str]) -> dict:
@@ -192,9 +219,11 @@ def _lane_axis(domain, labels: list[str]) -> dict:
             "range": [-0.6, len(labels) - 0.4], "fixedrange": True, "showgrid": False, "zeroline": False}
 
 
-def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> dict:
+def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_memory: bool = False) -> dict:
     """GPU lanes (steps, host syncs, devices, streams) over CPU runtime-call lanes over memory, one time axis.
-    `highlights`: (start_ns, end_ns) since t0 to shade (a selected finding's occurrences). A plain figure dict."""
+    `highlights`: (start_ns, end_ns) since t0 to shade (a selected finding's occurrences; its cudaMalloc/cudaFree
+    markers are selected). `fit_memory`: the memory axis fits the window's values instead of starting at 0.
+    A plain figure dict."""
     n_gpu = len(data.gpu_lanes)  # steps lane included
     gpu_views, cpu_views = view.lanes[:n_gpu], view.lanes[n_gpu:]
     gpu_rows = [gpu_views[0], None, *gpu_views[1:]]  # None: the host-sync marker lane
@@ -223,7 +252,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> di
             if lv is not None:
                 _lane_hover(traces, data, lv, len(lanes) - 1 - i, row, lo, hi)
     _sync_markers(traces, data, view, len(gpu_rows) - 2)
-    unit = _memory(traces, data, view, 3)
+    unit = _memory(traces, data, view, 3, highlights)
     # the whole trace's extent, so that plotly's double-click autorange asks for all of it
     traces.append(_scatter(3, x=_ms(np.array(data.full_range())), y=[0, 0], mode="markers", marker={"opacity": 0},
                            hoverinfo="skip", showlegend=False, meta={"kind": "extent"}))
@@ -236,8 +265,10 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> di
                 "layer": "below", "fillcolor": "rgba(213,94,0,0.18)",
                 "line": {"width": 1, "color": "rgba(213,94,0,0.6)"}}
                for s, e in highlights]
+    note = _memory_note(data)
     titles = ("GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs, steps",
-              "CPU: CUDA runtime calls per thread", "GPU memory (caching allocator)")
+              "CPU: CUDA runtime calls per thread",
+              "GPU memory (caching allocator)" + (f": {html.escape(note)}" if note else ""))
     layout = {
         "template": WHITE_TEMPLATE, "height": height, "font": FONT, "hovermode": "closest", "dragmode": "zoom",
         "uirevision": "timeline", "margin": margin, "hoverlabel": {"align": "left"}, "shapes": shapes,
@@ -246,7 +277,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=()) -> di
         "yaxis": {**_lane_axis(domains[0], labels[1]), "anchor": "x"},
         "yaxis2": {**_lane_axis(domains[1], labels[2]), "anchor": "x2"},
         "yaxis3": {"domain": domains[2], "anchor": "x3", "title": {"text": f"memory ({unit})"}, "fixedrange": True,
-                   "rangemode": "tozero"},
+                   "rangemode": "normal" if fit_memory else "tozero", "autorange": True},
         "annotations": [{"text": t, "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": d[1],
                          "yanchor": "bottom", "showarrow": False, "font": {"size": 14}}
                         for t, d in zip(titles, domains)],
@@ -311,4 +342,63 @@ def diff_figure(d: dict) -> go.Figure:
                       yaxis_title="GPU idle (ms)", margin={"l": 70, "r": 20, "t": 50, "b": 40},
                       legend={"x": 1.01, "y": 1})
     fig.update_yaxes(ticksuffix=" ms")
+    return fig
+
+
+MAX_SEGMENT_BARS = 40
+MAX_BLOCK_BARS = 3000
+SEGMENT_COLORS = {"allocated": ALLOCATED_COLOR, "inactive": "#E69F00", "free": "#CCCCCC"}
+
+
+def segments_figure(state: dict | None) -> go.Figure:
+    """The allocator's segments at one moment (TimelineData.allocator_segments): one bar per segment, its live
+    blocks in their address order (hover: size and allocating line), free space inside a segment that holds live
+    blocks (inactive, what fragmentation is) apart from segments with none (free: what empty_cache() returns)."""
+    fig = go.Figure()
+    if not state or not state["segments"]:
+        text = ("no allocator snapshot with history for this trace (capture with memory_history.enabled, or analyze "
+                "--memory-snapshot)" if not state else "no segment was reserved at this time")
+        fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(template="plotly_white", height=160, font=FONT, xaxis_visible=False, yaxis_visible=False,
+                          margin={"l": 20, "r": 20, "t": 20, "b": 20})
+        return fig
+    segments = state["segments"][:MAX_SEGMENT_BARS]
+    unit, div = mem_unit(max(s["total"] for s in segments))
+    labels = [f"{k + 1}: {s['total'] / div:.1f} {unit}" for k, s in enumerate(segments)]
+    free = [s for s in segments if not s["blocks"]]
+    split = [s for s in segments if s["blocks"]]
+    for name, group in (("inactive (free inside a segment with live blocks)", split),
+                        ("free segment (no live block; empty_cache() returns it)", free)):
+        if group:
+            color = SEGMENT_COLORS["inactive" if group is split else "free"]
+            fig.add_bar(y=[labels[segments.index(s)] for s in group], x=[s["total"] / div for s in group],
+                        base=0, orientation="h", name=name, marker_color=color,
+                        hovertemplate="segment %{y}<br>" + ("%{customdata}" if group is split else "no live block")
+                        + "<extra></extra>",
+                        customdata=[f"{(s['total'] - s['allocated']) / div:.2f} {unit} free between "
+                                    f"{len(s['blocks'])} live blocks" for s in group])
+    ys, xs, bases, texts = [], [], [], []
+    for k, s in enumerate(segments):
+        for b in s["blocks"]:
+            if len(xs) >= MAX_BLOCK_BARS:
+                break
+            ys.append(labels[k])
+            xs.append(b["size"] / div)
+            bases.append((b["address"] - s["address"]) / div)
+            texts.append(f"{b['size'] / div:.3f} {unit} block at +{(b['address'] - s['address']) / div:.3f} {unit}"
+                         f"<br>allocated at {html.escape(b['line'])}")
+    if xs:
+        fig.add_bar(y=ys, x=xs, base=bases, orientation="h", name="allocated block",
+                    marker={"color": SEGMENT_COLORS["allocated"], "line": {"width": 0.5, "color": "#fff"}},
+                    hovertext=texts, hovertemplate="%{hovertext}<extra></extra>")
+    shown = "" if len(state["segments"]) <= MAX_SEGMENT_BARS else \
+        f" (the {MAX_SEGMENT_BARS} largest of {len(state['segments'])})"
+    fig.update_layout(
+        barmode="overlay", template="plotly_white", font=FONT, height=120 + 26 * len(segments),
+        title={"text": f"Allocator segments of GPU {state['device']} at {state['t_ns'] / 1e6:.3f} ms{shown}: "
+                       "click the memory lane to choose another time", "x": 0, "font": {"size": 15}},
+        xaxis_title=f"offset in segment ({unit})", legend={"orientation": "h", "y": -0.2 if len(segments) > 4 else -0.6},
+        margin={"l": 110, "r": 20, "t": 50, "b": 60}, meta={"segments": len(state["segments"]),
+                                                          "blocks": sum(len(s["blocks"]) for s in state["segments"])})
+    fig.update_yaxes(autorange="reversed", fixedrange=True)
     return fig

@@ -14,6 +14,7 @@ from analyzer.units import fmt_bytes, us
 from analyzer.views.idle import ALLOCATOR
 
 MAX_SEGMENTS = 50
+MAX_BLOCKS = 64  # per segment in report.json
 FRAGMENTED_SHARE = 0.25  # cached-but-free share of the reserved peak that makes a fragmentation finding
 VARYING_SIZES = 3  # distinct request sizes at one line that make "sizes vary per step"
 
@@ -24,6 +25,7 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
         return None
     snap, e = records.snapshot, records.snapshot.entries
     counts = {name: int((e.action == code).sum()) for code, name in enumerate(ACTIONS)}
+    peak, end = _peak(records), _end(records)
     idle_by_row = defaultdict(float)
     idle = ctx.idle
     for i in np.flatnonzero(idle.cause == ALLOCATOR).tolist():
@@ -50,8 +52,7 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
         call = call_of_entry.get(k, -1)
         reserve = action in (SEGMENT_ALLOC, SEGMENT_MAP)
         row = sites.add(site.label, lambda site=site: _new_site(site),
-                        (us(records.entry_ns[k]) if records.entry_ns[k] >= 0 else None, int(e.size[k]),
-                         ACTIONS[action]),
+                        (*_when(records, k, call), int(e.size[k]), ACTIONS[action]),
                         **{"segment_allocs" if reserve else "segment_frees": 1,
                            "bytes_reserved" if reserve else "bytes_released": int(e.size[k])},
                         cuda_call_us=(rt.end_ns[call] - rt.start_ns[call]) / 1e3 if call >= 0 else 0.0,
@@ -63,15 +64,28 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
         s["request_sizes"] = len(sizes.get(s["call_site"], ()))
         s["steps_with_segment_alloc"] = len(s.pop("steps"))
     return {
-        "source": snap.path, "has_history": snap.has_history, "entries": counts, "alignment": records.alignment,
+        "source": snap.path, "has_history": snap.has_history,
+        "history_consistent": all(s["consistent"] for s in records.series.values()), "entries": counts, "alignment": records.alignment,
         "sites": site_list[:50],
         "per_step": [{"step": steps.names[k], **v, "cache_hits": v["allocs"] - v["segment_allocs"]}
                      for k, v in sorted(per_step.items())],
-        "peak": _peak(records), "end": _end(records),
-        "largest_missed_request_bytes": _largest_missed(records),
+        "peak": peak[0] if peak else None,
+        "segments": {"at_peak": _segment_rows(records, peak[1]) if peak else [],
+                     "at_end": _segment_rows(records, end[1])},
+        "fragmentation": {"at_peak": _fragmentation(peak[0]) if peak else None, "at_end": _fragmentation(end[0]),
+                          "largest_missed_request_bytes": _largest_missed(records)},
         "empty_cache": _empty_cache(records, call_of_entry, idle_by_row),
         "settings": snap.settings,
     }
+
+
+def _when(records, entry: int, call: int) -> tuple[float | None, float | None]:
+    """An entry's span on the trace clock: its cudaMalloc/cudaFree call when joined, else its own instant."""
+    if call >= 0:
+        rt = records.model.runtime
+        return us(rt.start_ns[call]), us(rt.end_ns[call])
+    t = records.entry_ns[entry]
+    return (us(t), us(t)) if t >= 0 else (None, None)
 
 
 def _new_site(site) -> dict:
@@ -80,45 +94,70 @@ def _new_site(site) -> dict:
             "bytes_reserved": 0, "bytes_released": 0, "steps": set()}
 
 
-def _peak(records) -> dict | None:
+def _peak(records) -> tuple[dict, list[dict]] | None:
+    """The moment reserved bytes peaked (over every device's history) and the segments then."""
     best = None
     for device, s in records.series.items():
         if not len(s["rows"]):
             continue
         i = int(np.argmax(s["reserved"]))
         if best is None or s["reserved"][i] > best[2]:
-            best = (device, int(s["rows"][i]), int(s["reserved"][i]), int(s["allocated"][i]))
+            best = (device, int(s["rows"][i]), int(s["reserved"][i]))
     if best is None:
         return None
-    device, row, reserved, allocated = best
-    segments = records.segments_at(device, row)
-    free = [seg["total"] - seg["active"] for seg in segments]
+    device, row, _ = best
     t = records.entry_ns[row]
-    return {"device": device, "ts_us": us(t) if t >= 0 else None, "reserved_bytes": reserved,
-            "allocated_bytes": allocated, "cached_bytes": reserved - allocated, "segments": len(segments),
-            "largest_segment_free_bytes": max(free, default=0),
-            "segments_detail": [{**seg, "free": seg["total"] - seg["active"]} for seg in segments[:MAX_SEGMENTS]]}
+    segments = [{"device": device, **seg} for seg in records.segments_at(device, row)]
+    return {"device": device, "ts_us": us(t) if t >= 0 else None, **_totals(segments)}, segments
 
 
-def _end(records) -> dict:
-    snap = records.snapshot
-    segments, inactive_split, largest_free = [], 0, 0
-    for seg in snap.segments:
-        active = sum(b.size for b in seg.blocks if b.state != "inactive")
-        inactive = [b.size for b in seg.blocks if b.state == "inactive"]
-        if active and inactive:
-            inactive_split += sum(inactive)
-        largest_free = max([largest_free, *inactive])
-        segments.append({"device": seg.device, "address": seg.address, "total": seg.total_size, "active": active,
-                         "allocated": seg.allocated_size, "inactive": sum(inactive), "type": seg.segment_type,
-                         "expandable": seg.expandable,
-                         "blocks": [{"size": b.size, "requested": b.requested_size, "state": b.state,
-                                     "line": records.site(b.stack).label if b.stack >= 0 else None}
-                                    for b in seg.blocks][:64]})
-    segments.sort(key=lambda s: -s["total"])
-    return {"reserved_bytes": sum(s["total"] for s in segments), "allocated_bytes": sum(s["allocated"] for s in segments),
-            "segments": len(segments), "inactive_split_bytes": inactive_split, "largest_free_block_bytes": largest_free,
-            "segments_detail": segments[:MAX_SEGMENTS]}
+def _end(records) -> tuple[dict, list[dict]]:
+    """The segments when the snapshot was taken, from its own blocks (with their requested sizes)."""
+    segments = []
+    for seg in records.snapshot.segments:
+        blocks = [{"address": b.address, "size": b.size, "requested": b.requested_size, "stack": b.stack}
+                  for b in seg.blocks if b.state != "inactive"]
+        allocated = sum(b["size"] for b in blocks)
+        segments.append({"device": seg.device, "address": seg.address, "total": seg.total_size,
+                         "allocated": allocated, "inactive": seg.total_size - allocated if allocated else 0,
+                         "free": 0 if allocated else seg.total_size, "blocks": blocks})
+    segments.sort(key=lambda s: (-s["total"], s["address"]))
+    return _totals(segments), segments
+
+
+def _totals(segments: list[dict]) -> dict:
+    reserved = sum(s["total"] for s in segments)
+    allocated = sum(s["allocated"] for s in segments)
+    return {"reserved_bytes": reserved, "allocated_bytes": allocated, "cached_bytes": reserved - allocated,
+            "segments": len(segments), "inactive_split_bytes": sum(s["inactive"] for s in segments),
+            "free_segment_bytes": sum(s["free"] for s in segments),
+            "largest_free_block_bytes": max((_largest_hole(s) for s in segments), default=0)}
+
+
+def _largest_hole(seg: dict) -> int:
+    """The largest contiguous free span of a segment: between its live blocks, or before or after them."""
+    edges = [seg["address"]] + [x for b in seg["blocks"] for x in (b["address"], b["address"] + b["size"])] \
+        + [seg["address"] + seg["total"]]
+    return max(edges[k + 1] - edges[k] for k in range(0, len(edges), 2))
+
+
+def _segment_rows(records, segments: list[dict]) -> list[dict]:
+    """report.json's segments: offsets within the segment and each live block's allocating line."""
+    return [{"device": s["device"], "address": s["address"], "total": s["total"], "allocated": s["allocated"],
+             "inactive": s["inactive"], "free": s["free"], "blocks_shown": min(len(s["blocks"]), MAX_BLOCKS),
+             "blocks": [{"offset": b["address"] - s["address"], "size": b["size"],
+                         **({"requested": b["requested"]} if "requested" in b else {}),
+                         "line": records.site(b["stack"]).label if b["stack"] >= 0 else None}
+                        for b in s["blocks"][:MAX_BLOCKS]]}
+            for s in segments[:MAX_SEGMENTS]]
+
+
+def _fragmentation(totals: dict) -> dict:
+    reserved = totals["reserved_bytes"]
+    return {"cached_free_bytes": totals["cached_bytes"], "cached_free_share": round(totals["cached_bytes"] / reserved, 4)
+            if reserved else None, "inactive_split_bytes": totals["inactive_split_bytes"],
+            "free_segment_bytes": totals["free_segment_bytes"],
+            "largest_free_block_bytes": totals["largest_free_block_bytes"]}
 
 
 def _largest_missed(records) -> int | None:
@@ -168,31 +207,40 @@ def snapshot_findings(ctx: AnalysisContext, section: dict, parent: Finding | Non
                 count=s["segment_allocs"] + s["segment_frees"], id=f"allocator.{k}", parent=parent.id,
                 advice="The allocator's own records name this line exactly (memory_snapshot.pickle).",
                 detail={"stack": s["stack"], "cuda_call_us": s["cuda_call_us"], "request_sizes": s["request_sizes"]},
-                occurrences_us=tuple((o[0], o[0]) for o in s["occurrences"] if o[0] is not None)))
-    peak = section["peak"]
-    if peak and peak["reserved_bytes"]:
-        cached = peak["cached_bytes"]
-        share = cached / peak["reserved_bytes"]
+                occurrences_us=tuple((o[0], o[1]) for o in s["occurrences"] if o[0] is not None)))
+    peak, frag = section["peak"], section["fragmentation"]
+    if peak and peak["reserved_bytes"] and section["history_consistent"]:
+        cached, share = peak["cached_bytes"], peak["cached_bytes"] / peak["reserved_bytes"]
         varying = [s for s in section["sites"] if s["request_sizes"] >= VARYING_SIZES and s["segment_allocs"]]
         grew = sum(s["segment_allocs"] for s in section["sites"])
         if share >= FRAGMENTED_SHARE and grew:
-            conf = ctx.traits.alloc_conf
-            advice = (f"Reserved memory holds cached blocks that new requests cannot use: requests of sizes that "
-                      f"change from step to step find no cached block large enough, so the allocator reserves new "
-                      f"segments while old ones sit partly empty. Set {conf}=expandable_segments:True (segments grow "
-                      f"in place instead of multiplying), pad or bucket the sizes to a few values, or preallocate the "
-                      f"largest buffer once and reuse it.")
-            if varying:
-                advice += f" Sizes vary most at {varying[0]['call_site']} ({varying[0]['request_sizes']} sizes)."
-            out.append(Finding(
-                kind="allocator_fragmentation", severity="medium" if share < 0.5 else "high",
-                title=f"Fragmented cache: at the reserved peak {fmt_bytes(cached)} of {fmt_bytes(peak['reserved_bytes'])}"
-                      f" reserved is cached but free, over {peak['segments']} segments (largest request that found no "
-                      f"block: {fmt_bytes(section['largest_missed_request_bytes'] or 0)})",
-                call_site=varying[0]["call_site"] if varying else None,
-                library_site=varying[0]["library_site"] if varying else None, impact_us=0.0, count=grew,
-                id="allocator_fragmentation", advice=advice,
-                detail={"wasted_bytes": cached, "gpu_idle_us": 0.0, "peak": {k: v for k, v in peak.items()
-                                                                            if k != "segments_detail"},
-                        "inactive_split_bytes_at_end": section["end"]["inactive_split_bytes"]}))
+            out.append(_fragmentation_finding(ctx, peak, frag, varying, grew, share))
     return out
+
+
+def _fragmentation_finding(ctx: AnalysisContext, peak: dict, frag: dict, varying: list[dict], grew: int,
+                           share: float) -> Finding:
+    cached, missed = peak["cached_bytes"], frag["largest_missed_request_bytes"]
+    split, whole = peak["inactive_split_bytes"], peak["free_segment_bytes"]
+    how = []
+    if whole:
+        how.append(f"{fmt_bytes(whole)} in segments with no live block")
+    if split:
+        how.append(f"{fmt_bytes(split)} free inside segments that hold live blocks")
+    advice = (f"The allocator reserved {grew} new segments while cached memory sat free: requests found no cached "
+              f"block large enough" + (f" (the largest that missed was {fmt_bytes(missed)}, the largest free block at "
+                                       f"the peak {fmt_bytes(peak['largest_free_block_bytes'])})" if missed else "")
+              + ". This memory is lost to the next large allocation and brings an OOM closer; "
+              f"{ctx.traits.alloc_conf}=expandable_segments:True lets one segment grow in place instead of new ones "
+              f"piling up.")
+    if varying:
+        advice += (f" Request sizes vary at {varying[0]['call_site']} ({varying[0]['request_sizes']} sizes): pad or "
+                   f"bucket them to a few values, or allocate the largest buffer once and reuse it.")
+    return Finding(
+        kind="allocator_fragmentation", severity="medium" if share < 0.5 else "high",
+        title=f"Fragmented cache: at the reserved peak {fmt_bytes(cached)} of {fmt_bytes(peak['reserved_bytes'])} "
+              f"reserved was cached but free ({'; '.join(how)}), over {peak['segments']} segments",
+        call_site=varying[0]["call_site"] if varying else None,
+        library_site=varying[0]["library_site"] if varying else None, impact_us=0.0, count=grew,
+        id="allocator_fragmentation", advice=advice,
+        detail={"wasted_bytes": cached, "gpu_idle_us": 0.0, "peak": peak, "fragmentation": frag})

@@ -256,7 +256,45 @@ def _allocator_tables(report: dict) -> str:
               fmt_bytes(s.get("bytes_reserved")), fmt_bytes(s.get("bytes_released"))] for s in a.get("sites") or []]
     return ("<div class=cols><div><h3>Summary</h3>" + _table(["metric", "value"], rows, "kv") + "</div></div>"
             + f"<h3>{names['malloc']} / {names['free']} call sites</h3>"
-            + _table(["where", "op", names["malloc"], names["free"], "call time (ms)", "reserved", "released"], sites))
+            + _table(["where", "op", names["malloc"], names["free"], "call time (ms)", "reserved", "released"], sites)
+            + _snapshot_tables(a.get("snapshot"), names))
+
+
+def _snapshot_tables(snap: dict | None, names: dict) -> str:
+    """The allocator's own records (memory_snapshot.pickle): exact lines, the cache at its peak and at the end."""
+    if not snap:
+        return ""
+    align, peak, ec = snap["alignment"], snap.get("peak") or {}, snap["empty_cache"]
+    frag, end = snap["fragmentation"], snap["fragmentation"]["at_end"]
+    rows = [["history entries", _esc(", ".join(f"{k} {v}" for k, v in snap["entries"].items() if v))],
+            [f"{names['malloc']}/{names['free']} calls matched to an entry",
+             f"{_esc(align['matched'])} of {_esc(align['calls'])} (median entry "
+             f"{fmt_us(align.get('median_entry_after_call_end_us'))} after the call's end)"],
+            ["at the reserved peak", f"{fmt_bytes(peak.get('reserved_bytes'))} reserved, "
+                                     f"{fmt_bytes(peak.get('allocated_bytes'))} allocated, "
+                                     f"{fmt_bytes(peak.get('cached_bytes'))} cached but free over "
+                                     f"{_esc(peak.get('segments'))} segments ({fmt_bytes(peak.get('inactive_split_bytes'))}"
+                                     f" inside segments with live blocks)"],
+            ["at the end", f"{_esc(len(snap['segments']['at_end']))} segments, "
+                           f"{fmt_bytes(end['inactive_split_bytes'])} free inside segments with live blocks, "
+                           f"{fmt_bytes(end['free_segment_bytes'])} in segments with none"],
+            ["largest request that found no cached block", fmt_bytes(frag.get("largest_missed_request_bytes"))]]
+    if ec["segments_released"]:
+        rows.append(["torch.cuda.empty_cache()", f"released {_esc(ec['segments_released'])} segments "
+                     f"({fmt_bytes(ec['bytes_released'])}); {_esc(ec['segment_allocs_after'])} reserves followed "
+                     f"({fmt_us(ec['cuda_malloc_us_after'])})"])
+    if not snap.get("history_consistent", True):
+        rows.append(["note", "the history does not add up to the final segments: replayed bytes clamped at zero"])
+    sites = [[f"<code>{_esc(s['call_site'])}</code>", f"<code>{_esc(s['library_site'])}</code>",
+              f"{_esc(s['segment_allocs'])} ({fmt_bytes(s['bytes_reserved'])})",
+              f"{_esc(s['segment_frees'])} ({fmt_bytes(s['bytes_released'])})",
+              f"<span class=num>{fmt_ms(s['cuda_call_us'])}</span>", f"<span class=num>{fmt_ms(s['gpu_idle_us'])}</span>",
+              _esc(s["allocs"]), _esc(s["request_sizes"])]
+             for s in snap["sites"][:30]]
+    return (f"<h3>Allocator records <small>({_esc(snap['source'].rsplit('/', 1)[-1])})</small></h3>"
+            + _table(["metric", "value"], rows, "kv")
+            + _table(["allocating line", "library line", "segment reserves", "releases", "call time (ms)",
+                      "GPU idle (ms)", "allocations", "request sizes"], sites))
 
 
 def _footer(report: dict) -> str:

@@ -174,6 +174,7 @@ class TimelineData:
         self.alloc_rows = np.flatnonzero(classes == apis.IS_ALLOC)
         self._rt_starts = self._rel(rt.start_ns)
         self._rt_ends = self._rel(rt.end_ns)
+        self.report_allocator = report.get("allocator") or {}
         self.memory = self._memory()
         self.reserved_peak_bytes = max([int((report.get("allocator") or {}).get("reserved_peak_bytes") or 0)]
                                        + [int(m.reserved.max()) for m in self.memory if len(m.reserved)])
@@ -294,6 +295,9 @@ class TimelineData:
         releases = releases[[names[c] not in apis.ALLOC_RESERVE for c in rt.name[releases]]]
         ends = np.sort(rt.end_ns[releases])
         out = []
+        if not self.ctx.memory_series:
+            return self._memory_fallback()
+        self.memory_source = "[memory] events"
         for m in self.ctx.memory_series:
             ts, alloc, res = m.ts_ns, np.asarray(m.allocated), np.asarray(m.reserved)
             if len(ends) and len(ts):
@@ -308,6 +312,53 @@ class TimelineData:
                 ts, alloc, res = ts[order], alloc[order], res[order]
             out.append(MemoryCurve(m.device, self._rel(ts), alloc, res))
         return out
+
+    def _memory_fallback(self) -> list[MemoryCurve]:
+        """Without [memory] events (profile_memory off): the allocator's own records when a snapshot came with
+        the trace, else meta.json's per-step samples at their steps' ends, else nothing (never a false 0 B)."""
+        records = self.ctx.allocator_records
+        if records is not None and records.snapshot.has_history and records.base_ns is not None:
+            self.memory_source = f"allocator records ({records.snapshot.path.rsplit('/', 1)[-1]})"
+            out = []
+            for device, s in records.series.items():
+                rows = s["rows"][records.entry_ns[s["rows"]] >= 0]
+                keep = np.isin(s["rows"], rows)
+                out.append(MemoryCurve(device, self._rel(records.entry_ns[rows]), s["allocated"][keep],
+                                       s["reserved"][keep]))
+            return out
+        samples = (self.ctx.meta.get("memory_per_step") if self.ctx.meta else None) or []
+        samples = samples if isinstance(samples, list) else []
+        steps = self.ctx.steps
+        ends = {name: int(end) for name, end in zip(steps.names, steps.cpu_end_ns.tolist())}
+        points = sorted((ends[x["step"]], x.get("allocated_bytes"), x.get("reserved_bytes")) for x in samples
+                        if isinstance(x, dict) and x.get("step") in ends
+                        and isinstance(x.get("allocated_bytes"), int) and isinstance(x.get("reserved_bytes"), int))
+        if not points:
+            self.memory_source = None
+            return []
+        self.memory_source = ("meta.json: memory at the end of each step of the capture's unprofiled sample pass, "
+                              "drawn at the end of the profiled step of the same name")
+        ts, alloc, res = (np.array(col, np.int64) for col in zip(*points))
+        return [MemoryCurve(0, self._rel(ts), alloc, res)]
+
+    def allocator_segments(self, t_ns: float | None = None, device: int | None = None) -> dict | None:
+        """The allocator's segments and live blocks at `t_ns` (ns since t0; None: the reserved peak of the report),
+        each block with its allocating line; None without a snapshot that has history on the trace clock."""
+        records = self.ctx.allocator_records
+        if records is None or not records.snapshot.has_history or records.base_ns is None:
+            return None
+        peak = ((self.report_allocator.get("snapshot") or {}).get("peak") or {})
+        if device is None:
+            device = peak.get("device", next(iter(records.series), 0))
+        if t_ns is None:
+            at_us = peak.get("ts_us")
+            t_ns = (at_us - self.t0_us) * 1e3 if at_us is not None else self.extent[1]
+        row = records.entry_at(device, self.t0_ns + t_ns)
+        segments = records.segments_at(device, row)
+        for seg in segments:
+            for b in seg["blocks"]:
+                b["line"] = records.site(b["stack"]).label if b["stack"] >= 0 else "(allocated before the history)"
+        return {"device": device, "t_ns": float(t_ns), "segments": segments, "entry": row}
 
     # ------------------------------------------------------------ views
 

@@ -1,6 +1,8 @@
 """report.md: made to be pasted into a GitHub issue (tables, collapsible details, bounded size)."""
 from __future__ import annotations
 
+import os
+
 from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us
 
 MAX_CHARS = 60_000
@@ -296,7 +298,59 @@ def _allocator_details(report: dict) -> list[str]:
     if a.get("memory_stats_delta"):
         body += ["", "memory_stats over the profiled window: " +
                  ", ".join(f"{k} +{v}" for k, v in a["memory_stats_delta"].items())]
-    return _details("Caching allocator", body)
+    out = _details("Caching allocator", body)
+    if a.get("snapshot"):
+        out += _snapshot_details(a["snapshot"], names)
+    return out
+
+
+def _snapshot_details(snap: dict, names: dict) -> list[str]:
+    """The allocator's own records: exact allocating lines, the segments at the reserved peak, empty_cache."""
+    entries, align = snap["entries"], snap["alignment"]
+    body = [f"{sum(entries.values())} history entries ({entries.get('alloc', 0)} allocations, "
+            f"{entries.get('segment_alloc', 0) + entries.get('segment_map', 0)} segment reserves, "
+            f"{entries.get('segment_free', 0) + entries.get('segment_unmap', 0)} segment releases); "
+            f"{align['matched']} of {align['calls']} {names['malloc']}/{names['free']} calls in the trace found "
+            f"their entry ({align['clock']})."]
+    if not snap.get("has_history"):
+        body.append("The snapshot holds segments only, no history: allocating lines and timing are unknown.")
+    elif not snap.get("history_consistent", True):
+        body.append("The history does not add up to the snapshot's final segments (was it taken in another process?): "
+                    "the replayed reserved and allocated bytes below are clamped at zero.")
+    sites = [s for s in snap["sites"] if s["segment_allocs"] or s["segment_frees"]]
+    if sites:
+        body += [""] + _table(
+            ["allocating line (allocator records)", "library line", "segment reserves", "releases",
+             f"{names['malloc']} time", "GPU idle", "request sizes", "steps"],
+            [[_code(s["call_site"]), _code(s["library_site"] or ""),
+              f"{s['segment_allocs']} ({fmt_bytes(s['bytes_reserved'])})",
+              f"{s['segment_frees']} ({fmt_bytes(s['bytes_released'])})", fmt_us(s["cuda_call_us"]),
+              fmt_us(s["gpu_idle_us"]), s["request_sizes"], s["steps_with_segment_alloc"]] for s in sites[:15]])
+    peak, frag = snap.get("peak"), snap["fragmentation"]
+    for label, state in (("At the reserved peak", peak), ("When the snapshot was taken", frag["at_end"])):
+        if not state:
+            continue
+        at = peak if state is peak else None
+        body.append(f"\n{label}: " + (f"{fmt_bytes(at['reserved_bytes'])} reserved over {at['segments']} segments, "
+                                       f"{fmt_bytes(at['allocated_bytes'])} allocated; " if at else "")
+                    + f"{fmt_bytes(state.get('inactive_split_bytes'))} free inside segments that hold live blocks, "
+                    f"{fmt_bytes(state.get('free_segment_bytes'))} in segments with none; the largest free block "
+                    f"{fmt_bytes(state.get('largest_free_block_bytes'))}.")
+    if frag.get("largest_missed_request_bytes"):
+        body.append(f"The largest request that found no cached block: {fmt_bytes(frag['largest_missed_request_bytes'])}.")
+    ec = snap["empty_cache"]
+    if ec["segments_released"]:
+        body.append(f"\ntorch.cuda.empty_cache() released {ec['segments_released']} segments "
+                    f"({fmt_bytes(ec['bytes_released'])}) from {', '.join(_code(x) for x in ec['sites'])}; "
+                    f"{ec['segment_allocs_after']} segment reserves followed, {fmt_us(ec['cuda_malloc_us_after'])} of "
+                    f"{names['malloc']} and {fmt_us(ec['gpu_idle_us_after'])} of GPU idle.")
+    steps = snap.get("per_step") or []
+    if steps:
+        hits = [s["cache_hits"] / s["allocs"] for s in steps if s["allocs"]]
+        body.append(f"\nPer step: {min(s['segment_allocs'] for s in steps)} to "
+                    f"{max(s['segment_allocs'] for s in steps)} segment reserves; cache hit share "
+                    f"{fmt_pct(min(hits, default=None))} to {fmt_pct(max(hits, default=None))}.")
+    return _details(f"Allocator records ({_cell(os.path.basename(snap['source']))})", body)
 
 
 def _hta(report: dict) -> list[str]:

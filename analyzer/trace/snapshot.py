@@ -25,7 +25,7 @@ ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segmen
            "segment_unmap", "oom", "snapshot")
 ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP, OOM, SNAPSHOT = \
     range(len(ACTIONS))
-BLOCK_STATES = ("active_allocated", "active_awaiting_free", "inactive")
+BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")  # as torch writes them
 
 
 class _DataOnly(pickle.Unpickler):

@@ -127,39 +127,74 @@ class AllocatorRecords:
             rows = np.flatnonzero(e.device == device)
             segments = [s for s in self.snapshot.segments if s.device == device]
             reserved_end = sum(s.total_size for s in segments)
-            allocated_end = sum(b.size for s in segments for b in s.blocks if b.state == "active_allocated")
+            # a block freed while a stream still used it stays allocated until its free_completed entry
+            allocated_end = sum(b.size for s in segments for b in s.blocks if b.state != "inactive")
             a, size = e.action[rows], e.size[rows]
             d_res = np.where(np.isin(a, RESERVE_ACTIONS), size, np.where(np.isin(a, RELEASE_ACTIONS), -size, 0))
             d_all = np.where(a == ALLOC, size, np.where(a == FREE_COMPLETED, -size, 0))
             # value after entry i = end value - the changes after i
             after_res = reserved_end - (np.cumsum(d_res[::-1])[::-1] - d_res)
             after_all = allocated_end - (np.cumsum(d_all[::-1])[::-1] - d_all)
-            out[device] = {"rows": rows, "reserved": after_res, "allocated": after_all,
-                           "reserved_end": reserved_end, "allocated_end": allocated_end}
+            # entries the snapshot's final state does not account for (a history from another process, a
+            # hand-edited file) would replay below zero; the series keeps to what is physically possible
+            consistent = bool(len(rows) == 0 or (after_res.min() >= 0 and after_all.min() >= 0))
+            out[device] = {"rows": rows, "reserved": np.maximum(after_res, 0),
+                           "allocated": np.minimum(np.maximum(after_all, 0), np.maximum(after_res, 0)),
+                           "reserved_end": reserved_end, "allocated_end": allocated_end, "consistent": consistent}
         return out
 
     def segments_at(self, device: int, entry_row: int) -> list[dict]:
-        """The device's segments right after entry `entry_row`: the final segments minus those reserved later, plus
-        those released later, each with its active bytes then (blocks allocated later removed, freed later
-        added back)."""
+        """The device's segments right after entry `entry_row` (-1: before the first entry), largest first: the
+        final segments minus those reserved later plus those released later, each with its live blocks then
+        (address order; `stack` is the allocating stack's index) and its bytes allocated, free between live
+        blocks (`inactive`) and, for a segment with no live block, `free` (what empty_cache() would return)."""
         e = self.snapshot.entries
         later = np.flatnonzero((e.device == device) & (np.arange(len(e)) > entry_row))
         a = e.action[later]
         reserved_later = {int(x) for x in e.addr[later[np.isin(a, RESERVE_ACTIONS)]]}
-        segs = {s.address: {"address": s.address, "total": s.total_size,
-                            "active": sum(b.size for b in s.blocks if b.state != "inactive")}
-                for s in self.snapshot.segments if s.device == device and s.address not in reserved_later}
+        spans = {s.address: s.total_size for s in self.snapshot.segments
+                 if s.device == device and s.address not in reserved_later}
         for row in later[np.isin(a, RELEASE_ACTIONS)].tolist():
-            segs.setdefault(int(e.addr[row]), {"address": int(e.addr[row]), "total": int(e.size[row]), "active": 0})
-        if segs:
-            starts = np.array(sorted(segs), np.int64)
-            for rows, sign in ((later[a == ALLOC], -1), (later[a == FREE_COMPLETED], 1)):
-                at = np.searchsorted(starts, e.addr[rows], side="right") - 1
-                for k, addr, size in zip(at.tolist(), e.addr[rows].tolist(), e.size[rows].tolist()):
-                    seg = segs[int(starts[k])] if k >= 0 else None
-                    if seg is not None and addr < seg["address"] + seg["total"]:  # a block of this segment
-                        seg["active"] = max(0, seg["active"] + sign * size)
-        return sorted(segs.values(), key=lambda s: -s["total"])
+            spans.setdefault(int(e.addr[row]), int(e.size[row]))
+        live = {b.address: (b.size, b.stack) for s in self.snapshot.segments if s.device == device
+                for b in s.blocks if b.state != "inactive"}
+        alloc_stack = self._alloc_stack_of_free
+        for row in later[np.isin(a, (ALLOC, FREE_COMPLETED))][::-1].tolist():  # undo what came later, last first
+            if e.action[row] == ALLOC:
+                live.pop(int(e.addr[row]), None)
+            else:
+                live[int(e.addr[row])] = (int(e.size[row]), alloc_stack.get(row, int(e.stack[row])))
+        out = {addr: {"address": addr, "total": total, "blocks": []} for addr, total in spans.items()}
+        starts = np.array(sorted(spans), np.int64)
+        for addr in sorted(live):
+            k = int(np.searchsorted(starts, addr, side="right")) - 1
+            if k >= 0 and addr < starts[k] + spans[int(starts[k])]:
+                size, stack = live[addr]
+                out[int(starts[k])]["blocks"].append({"address": addr, "size": size, "stack": stack})
+        for seg in out.values():
+            allocated = min(sum(b["size"] for b in seg["blocks"]), seg["total"])
+            seg.update(allocated=allocated, inactive=seg["total"] - allocated if allocated else 0,
+                       free=0 if allocated else seg["total"])
+        return sorted(out.values(), key=lambda s: (-s["total"], s["address"]))
+
+    @functools.cached_property
+    def _alloc_stack_of_free(self) -> dict[int, int]:
+        """Per free_completed entry: the stack of the alloc it ends (the latest alloc at its address before it)."""
+        e, last, out = self.snapshot.entries, {}, {}
+        rows = np.flatnonzero(np.isin(e.action, (ALLOC, FREE_COMPLETED)))
+        for row, action, device, addr, stack in zip(rows.tolist(), e.action[rows].tolist(), e.device[rows].tolist(),
+                                                    e.addr[rows].tolist(), e.stack[rows].tolist()):
+            if action == ALLOC:
+                last[(device, addr)] = stack
+            elif (device, addr) in last:
+                out[row] = last.pop((device, addr))
+        return out
+
+    def entry_at(self, device: int, ts_ns: float) -> int:
+        """The device's last entry at or before trace time `ts_ns` (-1: none)."""
+        rows = np.flatnonzero((self.snapshot.entries.device == device) & (self.entry_ns >= 0))
+        k = int(np.searchsorted(self.entry_ns[rows], ts_ns, side="right")) - 1
+        return int(rows[k]) if k >= 0 else -1
 
 
 class _PathDisplay:

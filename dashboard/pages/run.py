@@ -12,7 +12,7 @@ from dash.exceptions import PreventUpdate
 from analyzer.errors import UsageError
 from analyzer.api import TimelineData, numbered
 from analyzer.units import fmt_pct, fmt_us
-from dashboard.figures import GRAPH_CONFIG, steps_figure, timeline_figure
+from dashboard.figures import GRAPH_CONFIG, MEMORY_POINT, segments_figure, steps_figure, timeline_figure
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
                                     severity_badge)
 from dashboard.runs import RunStore, format_created
@@ -45,6 +45,7 @@ def layout(store: RunStore, run_id: str) -> html.Div:
         dcc.Store(id="run-id", data=run.run_id),
         dcc.Store(id="zoom", data=None),
         dcc.Store(id="timeline-relayout", data=None),
+        dcc.Store(id="shown-window", data=[lo, hi]),
         _header(report, run.run_id),
         html.Div([
             html.Div([
@@ -59,8 +60,11 @@ def layout(store: RunStore, run_id: str) -> html.Div:
         ], className="findings-row"),
         html.H2("Timeline"),
         html.P(TIMELINE_HINT, className="hint"),
+        dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to the window (else from 0)",
+                                                 "value": "fit"}], value=[], className="memory-fit"),
         dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=GRAPH_CONFIG, style={"width": "100%"}),
                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
+        dcc.Graph(id="segments-graph", figure=segments_figure(data.allocator_segments()), config=GRAPH_CONFIG),
         dcc.Graph(id="steps-graph", figure=steps_figure(report), config=GRAPH_CONFIG),
         markdown_block(markdown, "report-md", "the report"),
     ], className="page-run")
@@ -144,6 +148,9 @@ def _detail(f: dict, index: int) -> list:
         out += [html.H4("Top call sites"), html.Ul([
             html.Li([html.Code(s["call_site"]), f": {fmt_us(s.get('idle_us'))} in {s.get('count')} gaps"])
             for s in detail["top_sites"]])]
+    if detail.get("stack"):
+        out += [html.H4("Allocating stack (the allocator's own records, innermost first)"),
+                html.Pre("\n".join(map(str, detail["stack"])), className="alloc-stack")]
     out += [html.H4("Advice"), html.P(f.get("advice") or "–", className="advice")]
     occ = f.get("occurrences_us") or []
     if occ:
@@ -246,12 +253,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return keys.some(k => k.startsWith('xaxis')) ? relayout : window.dash_clientside.no_update;
         }""", Output("timeline-relayout", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
 
-    @app.callback(Output("timeline", "figure"), Input("timeline-relayout", "data"), Input("zoom", "data"),
+    @app.callback(Output("timeline", "figure"), Output("shown-window", "data"), Input("timeline-relayout", "data"),
+                  Input("zoom", "data"), Input("memory-fit", "value"), State("shown-window", "data"),
                   State("run-id", "data"), prevent_initial_call=True)
-    def refine_timeline(relayout, zoom, run_id):
+    def refine_timeline(relayout, zoom, fit, shown, run_id):
         _, data = timeline_data(run_id)
         highlights = (zoom or {}).get("highlights_ns") or []
-        if ctx.triggered_id == "zoom":
+        if ctx.triggered_id == "memory-fit":
+            lo, hi = shown or data.full_range()
+        elif ctx.triggered_id == "zoom":
             if not zoom:
                 raise PreventUpdate
             lo, hi = zoom["window_ns"]
@@ -260,4 +270,18 @@ def register(app: dash.Dash, store: RunStore) -> None:
             if window is None:
                 raise PreventUpdate
             lo, hi = data.full_range() if window == "full" else (window[0] * 1e6, window[1] * 1e6)
-        return timeline_figure(data, data.view(min(lo, hi), max(lo, hi)), highlights)
+        lo, hi = min(lo, hi), max(lo, hi)
+        return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or [])), [lo, hi]
+
+    @app.callback(Output("segments-graph", "figure"), Input("timeline", "clickData"), State("run-id", "data"),
+                  prevent_initial_call=True)
+    def segments_at_click(click, run_id):
+        points = [p for p in (click or {}).get("points") or []
+                  if isinstance(p.get("customdata"), list) and p["customdata"][:1] == [MEMORY_POINT]]
+        if not points:
+            raise PreventUpdate
+        _, data = timeline_data(run_id)
+        state = data.allocator_segments(float(points[0]["x"]) * 1e6, device=int(points[0]["customdata"][1]))
+        if state is None:
+            raise PreventUpdate
+        return segments_figure(state)
