@@ -193,9 +193,13 @@ class Client:
         else:
             relayout_input["value"] = relayout
         status, answer = self.callback({
-            "output": "timeline.figure", "outputs": {"id": "timeline", "property": "figure"},
-            "inputs": [relayout_input, {"id": "zoom", "property": "data"}], "changedPropIds": changed,
-            "parsedChangedPropsIds": changed, "state": [{"id": "run-id", "property": "data", "value": run_id}]})
+            "output": "..timeline.figure...shown-window.data..",
+            "outputs": [{"id": "timeline", "property": "figure"}, {"id": "shown-window", "property": "data"}],
+            "inputs": [relayout_input, {"id": "zoom", "property": "data"},
+                       {"id": "memory-fit", "property": "value", "value": []}],
+            "changedPropIds": changed, "parsedChangedPropsIds": changed,
+            "state": [{"id": "shown-window", "property": "data"},
+                      {"id": "run-id", "property": "data", "value": run_id}]})
         return status, answer["response"]["timeline"]["figure"] if answer else None
 
 
