@@ -15,6 +15,7 @@ from analyzer.views.idle import ALLOCATOR
 
 MAX_SEGMENTS = 50
 MAX_BLOCKS = 64  # per segment in report.json
+SMALL_POOL_SEGMENT = 2 << 20  # the caching allocator's kSmallBuffer: the segment size of its <= 1 MiB pool
 FRAGMENTED_SHARE = 0.25  # cached-but-free share of the reserved peak that makes a fragmentation finding
 VARYING_SIZES = 3  # distinct request sizes at one line that make "sizes vary per step"
 
@@ -38,6 +39,8 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
     steps = ctx.steps
     step_of = steps.index_at(records.entry_ns) if len(steps) and len(e) else np.full(len(e), -1)
     per_step = defaultdict(lambda: {"allocs": 0, "segment_allocs": 0})
+    lo_ns = min(d.window_start_ns for d in ctx.timeline.devices) if ctx.timeline.devices else 0
+    hi_ns = max(d.window_end_ns for d in ctx.timeline.devices) if ctx.timeline.devices else -1
     interesting = np.flatnonzero(np.isin(e.action, (ALLOC, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
                                                     SEGMENT_UNMAP)))
     for k in interesting.tolist():
@@ -56,13 +59,14 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
                         **{"segment_allocs" if reserve else "segment_frees": 1,
                            "bytes_reserved" if reserve else "bytes_released": int(e.size[k])},
                         cuda_call_us=(rt.end_ns[call] - rt.start_ns[call]) / 1e3 if call >= 0 else 0.0,
-                        gpu_idle_us=idle_by_row.get(call, 0.0))
-        if reserve and step_of[k] >= 0:
+                        gpu_idle_us=idle_by_row.get(call, 0.0),
+                        in_window=int(lo_ns <= records.entry_ns[k] <= hi_ns))
+        if step_of[k] >= 0:
             row["steps"].add(int(step_of[k]))
     site_list = sites.rows(lambda s: (-(s["segment_allocs"] + s["segment_frees"]), -s["allocs"]))
     for s in site_list:
         s["request_sizes"] = len(sizes.get(s["call_site"], ()))
-        s["steps_with_segment_alloc"] = len(s.pop("steps"))
+        s["steps_with_segment_change"] = len(s.pop("steps"))
     return {
         "source": snap.path, "has_history": snap.has_history,
         "history_consistent": all(s["consistent"] for s in records.series.values()), "entries": counts, "alignment": records.alignment,
@@ -73,7 +77,7 @@ def snapshot_section(ctx: AnalysisContext) -> dict | None:
         "segments": {"at_peak": _segment_rows(records, peak[1]) if peak else [],
                      "at_end": _segment_rows(records, end[1])},
         "fragmentation": {"at_peak": _fragmentation(peak[0]) if peak else None, "at_end": _fragmentation(end[0]),
-                          "largest_missed_request_bytes": _largest_missed(records)},
+                          **_largest_missed(records), **_reserves_despite_cache(records)},
         "empty_cache": _empty_cache(records, call_of_entry, idle_by_row),
         "settings": snap.settings,
     }
@@ -91,16 +95,18 @@ def _when(records, entry: int, call: int) -> tuple[float | None, float | None]:
 def _new_site(site) -> dict:
     return {"call_site": site.label, "line": site.line, "function": site.code, "library_site": site.library_line,
             "stack": list(site.stack), "allocs": 0, "bytes_allocated": 0, "segment_allocs": 0, "segment_frees": 0,
-            "bytes_reserved": 0, "bytes_released": 0, "steps": set()}
+            "bytes_reserved": 0, "bytes_released": 0, "in_window": 0, "steps": set()}
 
 
 def _peak(records) -> tuple[dict, list[dict]] | None:
-    """The moment reserved bytes peaked (over every device's history) and the segments then."""
+    """The moment reserved bytes peaked (over every device's history) and the segments then: of the entries at the
+    peak, the one with the most allocated, so that the segment just reserved already holds the request it was for."""
     best = None
     for device, s in records.series.items():
         if not len(s["rows"]):
             continue
-        i = int(np.argmax(s["reserved"]))
+        at_peak = s["reserved"] == s["reserved"].max()
+        i = int(np.argmax(np.where(at_peak, s["allocated"], -1)))
         if best is None or s["reserved"][i] > best[2]:
             best = (device, int(s["rows"][i]), int(s["reserved"][i]))
     if best is None:
@@ -160,16 +166,37 @@ def _fragmentation(totals: dict) -> dict:
             "largest_free_block_bytes": totals["largest_free_block_bytes"]}
 
 
-def _largest_missed(records) -> int | None:
-    """The largest request that found no cached block: the alloc right after each segment_alloc."""
+def _largest_missed(records) -> dict:
+    """The largest request that found no cached block (the alloc right after each segment_alloc) and its line."""
     e = records.snapshot.entries
     reserves = np.flatnonzero(np.isin(e.action, (SEGMENT_ALLOC, SEGMENT_MAP)))
     allocs = np.flatnonzero(e.action == ALLOC)
-    if not len(reserves) or not len(allocs):
-        return None
-    nxt = np.searchsorted(allocs, reserves)
-    nxt = nxt[nxt < len(allocs)]
-    return int(e.size[allocs[nxt]].max()) if len(nxt) else None
+    nxt = np.searchsorted(allocs, reserves) if len(allocs) else np.zeros(0, dtype=np.int64)
+    nxt = allocs[nxt[nxt < len(allocs)]]
+    if not len(nxt):
+        return {"largest_missed_request_bytes": None, "largest_missed_request_site": None}
+    k = int(nxt[np.argmax(e.size[nxt])])
+    return {"largest_missed_request_bytes": int(e.size[k]),
+            "largest_missed_request_site": records.site(int(e.stack[k])).label if e.stack[k] >= 0 else None}
+
+
+def _reserves_despite_cache(records) -> dict:
+    """Segment reserves made while the cache already held at least the reserved size free: the free memory was
+    there but in pieces (or on other streams) that the request could not use."""
+    e, count, worst = records.snapshot.entries, 0, None
+    for s in records.series.values():
+        pos = np.flatnonzero(np.isin(e.action[s["rows"]], (SEGMENT_ALLOC, SEGMENT_MAP)))
+        size = e.size[s["rows"][pos]]
+        cached_before = s["reserved"][pos] - size - s["allocated"][pos]
+        # a 2 MiB segment is the small-object pool's, which cached large blocks never serve
+        hit = (cached_before >= size) & (size > SMALL_POOL_SEGMENT)
+        count += int(hit.sum())
+        if hit.any():
+            k = int(np.argmax(np.where(hit, cached_before, -1)))
+            if worst is None or cached_before[k] > worst[1]:
+                worst = (int(size[k]), int(cached_before[k]))
+    return {"reserves_despite_cache": count,
+            "reserve_despite_cache": {"segment_bytes": worst[0], "cached_free_bytes": worst[1]} if worst else None}
 
 
 def _empty_cache(records, call_of_entry: dict, idle_by_row: dict) -> dict:
@@ -197,8 +224,9 @@ def snapshot_findings(ctx: AnalysisContext, section: dict, parent: Finding | Non
     window_us = ctx.timeline.window_ns / 1e3
     if parent is not None:
         for k, s in enumerate(x for x in section["sites"] if x["gpu_idle_us"] > 0):
-            what = (f"{s['segment_allocs']} segment reserves ({fmt_bytes(s['bytes_reserved'])})" if s["segment_allocs"]
-                    else f"{s['segment_frees']} segment releases ({fmt_bytes(s['bytes_released'])})")
+            what = (f"{_n(s['segment_allocs'], 'segment reserve')} ({fmt_bytes(s['bytes_reserved'])})"
+                    if s["segment_allocs"] else
+                    f"{_n(s['segment_frees'], 'segment release')} ({fmt_bytes(s['bytes_released'])})")
             via = " through torch.cuda.empty_cache()" if any("in empty_cache" in f for f in s["stack"]) else ""
             out.append(Finding(
                 kind="allocator_churn", severity=severity_for(s["gpu_idle_us"], window_us),
@@ -211,9 +239,10 @@ def snapshot_findings(ctx: AnalysisContext, section: dict, parent: Finding | Non
     peak, frag = section["peak"], section["fragmentation"]
     if peak and peak["reserved_bytes"] and section["history_consistent"]:
         cached, share = peak["cached_bytes"], peak["cached_bytes"] / peak["reserved_bytes"]
-        varying = [s for s in section["sites"] if s["request_sizes"] >= VARYING_SIZES and s["segment_allocs"]]
+        varying = sorted((s for s in section["sites"] if s["request_sizes"] >= VARYING_SIZES and s["segment_allocs"]),
+                         key=lambda s: -s["bytes_reserved"])
         grew = sum(s["segment_allocs"] for s in section["sites"])
-        if share >= FRAGMENTED_SHARE and grew:
+        if grew and (share >= FRAGMENTED_SHARE or frag["reserves_despite_cache"]):
             out.append(_fragmentation_finding(ctx, peak, frag, varying, grew, share))
     return out
 
@@ -227,9 +256,13 @@ def _fragmentation_finding(ctx: AnalysisContext, peak: dict, frag: dict, varying
         how.append(f"{fmt_bytes(whole)} in segments with no live block")
     if split:
         how.append(f"{fmt_bytes(split)} free inside segments that hold live blocks")
-    advice = (f"The allocator reserved {grew} new segments while cached memory sat free: requests found no cached "
+    despite = frag["reserve_despite_cache"]
+    advice = (f"The allocator reserved {_n(grew, 'new segment')} while cached memory sat free: requests found no cached "
               f"block large enough" + (f" (the largest that missed was {fmt_bytes(missed)}, the largest free block at "
                                        f"the peak {fmt_bytes(peak['largest_free_block_bytes'])})" if missed else "")
+              + (f"; {_n(frag['reserves_despite_cache'], 'reserve')} came while the cache held at least as much free "
+                 f"(at worst a {fmt_bytes(despite['segment_bytes'])} segment next to "
+                 f"{fmt_bytes(despite['cached_free_bytes'])} cached free)" if despite else "")
               + ". This memory is lost to the next large allocation and brings an OOM closer; "
               f"{ctx.traits.alloc_conf}=expandable_segments:True lets one segment grow in place instead of new ones "
               f"piling up.")
@@ -240,7 +273,11 @@ def _fragmentation_finding(ctx: AnalysisContext, peak: dict, frag: dict, varying
         kind="allocator_fragmentation", severity="medium" if share < 0.5 else "high",
         title=f"Fragmented cache: at the reserved peak {fmt_bytes(cached)} of {fmt_bytes(peak['reserved_bytes'])} "
               f"reserved was cached but free ({'; '.join(how)}), over {peak['segments']} segments",
-        call_site=varying[0]["call_site"] if varying else None,
+        call_site=varying[0]["call_site"] if varying else frag.get("largest_missed_request_site"),
         library_site=varying[0]["library_site"] if varying else None, impact_us=0.0, count=grew,
         id="allocator_fragmentation", advice=advice,
         detail={"wasted_bytes": cached, "gpu_idle_us": 0.0, "peak": peak, "fragmentation": frag})
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -278,7 +278,9 @@ def _snapshot_tables(snap: dict | None, names: dict) -> str:
             ["at the end", f"{_esc(len(snap['segments']['at_end']))} segments, "
                            f"{fmt_bytes(end['inactive_split_bytes'])} free inside segments with live blocks, "
                            f"{fmt_bytes(end['free_segment_bytes'])} in segments with none"],
-            ["largest request that found no cached block", fmt_bytes(frag.get("largest_missed_request_bytes"))]]
+            ["largest request that found no cached block", fmt_bytes(frag.get("largest_missed_request_bytes"))
+             + (f" at <code>{_esc(frag['largest_missed_request_site'])}</code>"
+                if frag.get("largest_missed_request_site") else "")]]
     if ec["segments_released"]:
         rows.append(["torch.cuda.empty_cache()", f"released {_esc(ec['segments_released'])} segments "
                      f"({fmt_bytes(ec['bytes_released'])}); {_esc(ec['segment_allocs_after'])} reserves followed "
@@ -287,13 +289,14 @@ def _snapshot_tables(snap: dict | None, names: dict) -> str:
         rows.append(["note", "the history does not add up to the final segments: replayed bytes clamped at zero"])
     sites = [[f"<code>{_esc(s['call_site'])}</code>", f"<code>{_esc(s['library_site'])}</code>",
               f"{_esc(s['segment_allocs'])} ({fmt_bytes(s['bytes_reserved'])})",
-              f"{_esc(s['segment_frees'])} ({fmt_bytes(s['bytes_released'])})",
+              f"{_esc(s['segment_frees'])} ({fmt_bytes(s['bytes_released'])})", _esc(s.get("in_window")),
               f"<span class=num>{fmt_ms(s['cuda_call_us'])}</span>", f"<span class=num>{fmt_ms(s['gpu_idle_us'])}</span>",
               _esc(s["allocs"]), _esc(s["request_sizes"])]
              for s in snap["sites"][:30]]
     return (f"<h3>Allocator records <small>({_esc(snap['source'].rsplit('/', 1)[-1])})</small></h3>"
             + _table(["metric", "value"], rows, "kv")
-            + _table(["allocating line", "library line", "segment reserves", "releases", "call time (ms)",
+            + _table(["allocating line", "library line", "segment reserves", "releases", "in the trace window",
+                      "call time (ms)",
                       "GPU idle (ms)", "allocations", "request sizes"], sites))
 
 

@@ -307,7 +307,7 @@ def _allocator_details(report: dict) -> list[str]:
 def _snapshot_details(snap: dict, names: dict) -> list[str]:
     """The allocator's own records: exact allocating lines, the segments at the reserved peak, empty_cache."""
     entries, align = snap["entries"], snap["alignment"]
-    body = [f"{sum(entries.values())} history entries ({entries.get('alloc', 0)} allocations, "
+    body = [f"{sum(entries.values())} history entries, from before the trace window to the snapshot ({entries.get('alloc', 0)} allocations, "
             f"{entries.get('segment_alloc', 0) + entries.get('segment_map', 0)} segment reserves, "
             f"{entries.get('segment_free', 0) + entries.get('segment_unmap', 0)} segment releases); "
             f"{align['matched']} of {align['calls']} {names['malloc']}/{names['free']} calls in the trace found "
@@ -321,11 +321,13 @@ def _snapshot_details(snap: dict, names: dict) -> list[str]:
     if sites:
         body += [""] + _table(
             ["allocating line (allocator records)", "library line", "segment reserves", "releases",
-             f"{names['malloc']} time", "GPU idle", "request sizes", "steps"],
+             "in the trace window", f"{names['malloc']}/{names['free']} time", "GPU idle", "request sizes",
+             "steps"],
             [[_code(s["call_site"]), _code(s["library_site"] or ""),
               f"{s['segment_allocs']} ({fmt_bytes(s['bytes_reserved'])})",
-              f"{s['segment_frees']} ({fmt_bytes(s['bytes_released'])})", fmt_us(s["cuda_call_us"]),
-              fmt_us(s["gpu_idle_us"]), s["request_sizes"], s["steps_with_segment_alloc"]] for s in sites[:15]])
+              f"{s['segment_frees']} ({fmt_bytes(s['bytes_released'])})", s.get("in_window", "–"),
+              fmt_us(s["cuda_call_us"]), fmt_us(s["gpu_idle_us"]), s["request_sizes"],
+              s.get("steps_with_segment_change", "–")] for s in sites[:15]])
     peak, frag = snap.get("peak"), snap["fragmentation"]
     for label, state in (("At the reserved peak", peak), ("When the snapshot was taken", frag["at_end"])):
         if not state:
@@ -337,7 +339,9 @@ def _snapshot_details(snap: dict, names: dict) -> list[str]:
                     f"{fmt_bytes(state.get('free_segment_bytes'))} in segments with none; the largest free block "
                     f"{fmt_bytes(state.get('largest_free_block_bytes'))}.")
     if frag.get("largest_missed_request_bytes"):
-        body.append(f"The largest request that found no cached block: {fmt_bytes(frag['largest_missed_request_bytes'])}.")
+        where = frag.get("largest_missed_request_site")
+        body.append(f"The largest request that found no cached block: {fmt_bytes(frag['largest_missed_request_bytes'])}"
+                    + (f" at {_code(where)}." if where else "."))
     ec = snap["empty_cache"]
     if ec["segments_released"]:
         body.append(f"\ntorch.cuda.empty_cache() released {ec['segments_released']} segments "

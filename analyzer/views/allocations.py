@@ -151,11 +151,13 @@ class AllocatorRecords:
         e = self.snapshot.entries
         later = np.flatnonzero((e.device == device) & (np.arange(len(e)) > entry_row))
         a = e.action[later]
-        reserved_later = {int(x) for x in e.addr[later[np.isin(a, RESERVE_ACTIONS)]]}
-        spans = {s.address: s.total_size for s in self.snapshot.segments
-                 if s.device == device and s.address not in reserved_later}
-        for row in later[np.isin(a, RELEASE_ACTIONS)].tolist():
-            spans.setdefault(int(e.addr[row]), int(e.size[row]))
+        spans = {s.address: s.total_size for s in self.snapshot.segments if s.device == device}
+        # undo later reserves and releases, last first: an address can be released and reserved again
+        for row in later[np.isin(a, RESERVE_ACTIONS + RELEASE_ACTIONS)][::-1].tolist():
+            if e.action[row] in RESERVE_ACTIONS:
+                spans.pop(int(e.addr[row]), None)
+            else:
+                spans[int(e.addr[row])] = int(e.size[row])
         live = {b.address: (b.size, b.stack) for s in self.snapshot.segments if s.device == device
                 for b in s.blocks if b.state != "inactive"}
         alloc_stack = self._alloc_stack_of_free
