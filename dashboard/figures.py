@@ -206,6 +206,18 @@ def _memory(traces: list, data: TimelineData, view: TimelineView, row: int, high
     return unit
 
 
+def _memory_axis_range(view: TimelineView, data: TimelineData, fit: bool) -> dict:
+    """From 0, or (fit) around memory_reserved's values in the window, so that a few MiB of churn on top of
+    gigabytes shows; memory_allocated may then run below the axis."""
+    values = [m.reserved for m in view.memory if len(m.reserved)]
+    if not fit or not values:
+        return {"rangemode": "tozero", "autorange": True}
+    _, div = mem_unit(data.reserved_peak_bytes)
+    lo, hi = min(float(v.min()) for v in values) / div, max(float(v.max()) for v in values) / div
+    pad = max((hi - lo) * 0.08, hi * 0.005, 1e-3)
+    return {"range": [max(lo - pad, 0.0), hi + pad], "autorange": False}
+
+
 def _memory_note(data: TimelineData) -> str | None:
     source = data.memory_source
     if source is None:
@@ -277,7 +289,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
         "yaxis": {**_lane_axis(domains[0], labels[1]), "anchor": "x"},
         "yaxis2": {**_lane_axis(domains[1], labels[2]), "anchor": "x2"},
         "yaxis3": {"domain": domains[2], "anchor": "x3", "title": {"text": f"memory ({unit})"}, "fixedrange": True,
-                   "rangemode": "normal" if fit_memory else "tozero", "autorange": True},
+                   **_memory_axis_range(view, data, fit_memory)},
         "annotations": [{"text": t, "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": d[1],
                          "yanchor": "bottom", "showarrow": False, "font": {"size": 14}}
                         for t, d in zip(titles, domains)],

@@ -23,6 +23,7 @@ FIX = REPO / "tests" / "fixtures" / "h200"
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
 RUNS = ("item_sync", "decode", "alloc_churn")
+RECORDS = REPO / "tests" / "fixtures" / "h200_alloc" / "alloc_churn"  # with memory_snapshot.pickle.gz
 SECRET = "TOP-SECRET-OUTSIDE-THE-TRACES-FOLDER"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
@@ -56,6 +57,7 @@ def workdir(tmp_path_factory) -> Path:
     broken.mkdir()
     data = (FIX / "decode" / "rank0.trace.json.gz").read_bytes()
     (broken / "rank0.trace.json.gz").write_bytes(data[: len(data) // 3])
+    shutil.copytree(RECORDS, runs / "alloc_records")
     copy_run("prefill", root / "outside")
     (root / "outside" / "secret.txt").write_text(SECRET)
     (root / "secret.txt").write_text(SECRET)
@@ -131,7 +133,7 @@ def test_run_list_shows_runs_newest_first_and_the_corrupt_one_as_an_error_card(p
     page.wait_for_selector("table.runs")
     rows = page.locator("tr.run-row")
     ids = [rows.nth(i).get_attribute("data-run") for i in range(rows.count())]
-    assert sorted(ids) == sorted([*RUNS, "broken"])  # the symlink leading outside DIR is not a run
+    assert sorted(ids) == sorted([*RUNS, "alloc_records", "broken"])  # a symlink leading outside DIR is not a run
     card = page.locator("tr.run-row[data-run=broken] .error-card")
     assert "corrupt or truncated gzip data" in card.inner_text()
     assert "\n" not in card.locator(".error-message").inner_text()
@@ -139,7 +141,7 @@ def test_run_list_shows_runs_newest_first_and_the_corrupt_one_as_an_error_card(p
         row = page.locator(f"tr.run-row[data-run={name}]")
         assert row.get_attribute("data-status") in ("not analyzed", "analyzed")
         assert "NVIDIA H200" in row.inner_text()
-    dated = [i for i in ids if i != "broken"]  # newest first by meta.json's created_utc
+    dated = [i for i in ids if i not in ("broken", "alloc_records")]  # newest first by meta.json's created_utc
     created = {n: report_of_meta(n) for n in dated}
     assert dated == sorted(dated, key=lambda n: created[n], reverse=True)
     screenshot(page, "run-list")
@@ -205,6 +207,58 @@ def test_run_page_findings_memory_and_zoom_to_a_finding(page, base_url):
     page.wait_for_function(graph_js(f"gd.layout.xaxis.range[0] <= {s} && {e} <= gd.layout.xaxis.range[1] && "
                                     f"gd.layout.xaxis.range[1] - gd.layout.xaxis.range[0] < 1.2 * {e - s}"),
                            timeout=20_000)
+    assert not page.errors
+
+
+def segments_js(expr: str) -> str:
+    return f"() => {{ const gd = document.querySelector('#segments-graph .js-plotly-plot'); return {expr}; }}"
+
+
+SEGMENT_ROWS = "gd && gd._fullData ? new Set(gd._fullData.flatMap(t => Array.from(t.y || []))).size : -1"
+
+
+@needs_browser
+def test_allocator_records_segment_view_fit_toggle_and_a_findings_calls(page, base_url):
+    """A run with the allocator's snapshot: the segment view at the reserved peak, then at a clicked time on the
+    memory lane; the fit-y toggle; a churn finding selects its own cudaMalloc/cudaFree markers."""
+    analysis = api.analyze(api.load(RECORDS))
+    report, data = analysis.report, api.timeline(analysis)
+    peak = report["allocator"]["snapshot"]["peak"]
+    open_run(page, base_url, "alloc_records")
+    page.wait_for_function(segments_js(f"{SEGMENT_ROWS} === {peak['segments']}"), timeout=20_000)
+
+    # the memory lane's hover points, clicked where the cache holds another number of segments than at the peak
+    points = page.evaluate(graph_js(
+        "gd._fullData.map((t, c) => [c, t.customdata && t.customdata[0] && t.customdata[0][0], Array.from(t.x || [])])"
+        ".filter(t => t[1] === 'memory')"))
+    assert points and all(len(xs) > 50 for _, _, xs in points)  # hover reads the lines anywhere, not at changes only
+    curve, _, xs = points[0]
+    counts = [len(data.allocator_segments(float(x) * 1e6)["segments"]) for x in xs]
+    k = next(i for i, n in enumerate(counts) if n != peak["segments"])
+    page.evaluate(graph_js(f"gd.emit('plotly_click', {{points: [{{curveNumber: {curve}, pointNumber: {k}, "
+                           f"x: {xs[k]}, y: 0, customdata: ['memory', 0], data: gd.data[{curve}], "
+                           f"fullData: gd._fullData[{curve}]}}]}}) || true"))
+    page.wait_for_function(segments_js(f"{SEGMENT_ROWS} === {counts[k]}"), timeout=20_000)
+
+    # fit-y: the memory axis fits memory_reserved in the window (above 0 here), and comes back to 0
+    reserved = [y for t in page.evaluate(graph_js(
+        "gd._fullData.filter(t => t.meta && t.meta.kind === 'memory_reserved').map(t => Array.from(t.y))")) for y in t]
+    assert page.evaluate(graph_js("gd._fullLayout.yaxis3.range[0]")) == 0
+    page.locator("#memory-fit input").check()
+    page.wait_for_function(graph_js(f"gd._fullLayout.yaxis3.range[0] > 0 && gd._fullLayout.yaxis3.range[0] <= "
+                                    f"{min(reserved)} && gd._fullLayout.yaxis3.range[1] >= {max(reserved)}"),
+                           timeout=20_000)
+    page.locator("#memory-fit input").uncheck()
+    page.wait_for_function(graph_js("gd._fullLayout.yaxis3.range[0] === 0"), timeout=20_000)
+
+    # the churn finding selects its calls' markers and shows the allocating stack from the allocator's records
+    child = next(f for f in report["findings"] if f["id"].startswith("allocator.") and f["impact_us"] > 0)
+    page.locator("tr.finding-row", has_text=child["title"]).click()
+    page.wait_for_function(graph_js(
+        "gd._fullData.some(t => t.meta && t.meta.kind === 'alloc_call' && t.meta.selected > 0)"), timeout=20_000)
+    detail = page.locator("#finding-detail").inner_text()
+    assert "Allocating stack" in detail and child["detail"]["stack"][0] in detail
+    screenshot(page, "run-alloc_records")
     assert not page.errors
 
 

@@ -60,7 +60,7 @@ def layout(store: RunStore, run_id: str) -> html.Div:
         ], className="findings-row"),
         html.H2("Timeline"),
         html.P(TIMELINE_HINT, className="hint"),
-        dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to the window (else from 0)",
+        dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to memory_reserved in the window (else from 0)",
                                                  "value": "fit"}], value=[], className="memory-fit"),
         dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=GRAPH_CONFIG, style={"width": "100%"}),
                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
