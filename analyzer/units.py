@@ -31,6 +31,11 @@ def fmt_bytes(value: int | None) -> str:
     return f"{int(v)} B"
 
 
+def fmt_peak_bytes(value: int | None) -> str:
+    """A memory peak that a trace without [memory] events cannot know."""
+    return "unknown (no [memory] events)" if value is None else fmt_bytes(value)
+
+
 def fmt_pct(share: float | None) -> str:
     return "–" if share is None else f"{100 * share:.1f}%"
 

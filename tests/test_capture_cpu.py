@@ -150,3 +150,16 @@ def test_ctrl_c_leaves_a_clearly_incomplete_run(tmp_path):
     assert meta["complete"] is False and "interrupted" in meta["error"]
     assert sorted(p.name for p in run.iterdir()) == ["meta.json"]  # no trace: the profiler never started
     assert "INCOMPLETE" in stdout
+
+
+def test_diff_against_a_cpu_run_calls_its_gpu_memory_peak_unknown_not_zero(tiny_run):
+    """A CPU trace has no CUDA [memory] events: its reserved peak is unknown, and a diff says so."""
+    from analyzer import api
+    from conftest import REPO
+    run, _ = tiny_run
+    cpu = api.analyze(api.load(run)).report
+    gpu = api.analyze(api.load(REPO / "tests" / "fixtures" / "h200" / "alloc_churn")).report
+    d = api.compare("cpu", cpu, "h200", gpu)
+    peak = d["allocator"]["reserved_peak_bytes"]
+    assert peak == {"before": None, "after": gpu["allocator"]["reserved_peak_bytes"]} and peak["after"] > 0
+    assert "peak reserved unknown (no [memory] events) → " in api.render_diff_markdown(d)

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from analyzer.errors import UsageError
-from analyzer.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
 
@@ -70,7 +70,7 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
     names_a = {s["step"]: s for s in a["gaps"]["per_step"]}
     aligned = [{"step": s["step"], "before": names_a[s["step"]], "after": s}
                for s in b["gaps"]["per_step"] if s["step"] in names_a]
-    allocator = {k: {"before": a["allocator"].get(k), "after": b["allocator"].get(k)}
+    allocator = {k: {"before": _allocator_value(a, k), "after": _allocator_value(b, k)}
                  for k in ("cuda_malloc", "cuda_free", "reserved_peak_bytes", "allocated_peak_bytes")}
     syncs = {"blocking_calls": {"before": sum(s["count"] for s in a["syncs"]),
                                 "after": sum(s["count"] for s in b["syncs"])},
@@ -83,6 +83,12 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
                                                      for c in {**a["gaps"]["by_cause"], **b["gaps"]["by_cause"]}},
             "per_step_median": per_step, "steps": aligned, "findings": findings, "syncs": syncs,
             "allocator": allocator}
+
+
+def _allocator_value(report: dict, key: str):
+    """A peak is unknown (None), not 0, in a trace without [memory] events (captured without profile_memory)."""
+    al = report["allocator"]
+    return None if key.endswith("_bytes") and not al.get("devices") else al.get(key)
 
 
 def _change(before, after, fmt) -> str:
@@ -118,7 +124,7 @@ def render_diff_markdown(d: dict) -> str:
               f"blocking calls, GPU drain {_change(sy['drain_us']['before'], sy['drain_us']['after'], fmt_us)}. "
               f"Allocator: cudaMalloc {_change(al['cuda_malloc']['before'], al['cuda_malloc']['after'], str)}, "
               f"cudaFree {_change(al['cuda_free']['before'], al['cuda_free']['after'], str)}, peak reserved "
-              f"{_change(al['reserved_peak_bytes']['before'], al['reserved_peak_bytes']['after'], fmt_bytes)}.", ""]
+              f"{_change(al['reserved_peak_bytes']['before'], al['reserved_peak_bytes']['after'], fmt_peak_bytes)}.", ""]
     return "<!-- gpu-idle-analyzer diff -->\n" + "\n".join(lines) + "\n"
 
 

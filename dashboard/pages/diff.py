@@ -7,7 +7,7 @@ from dash import Input, Output, dcc, html
 
 from analyzer.api import compare, render_diff_markdown
 from analyzer.errors import UsageError
-from analyzer.units import fmt_bytes, fmt_pct, fmt_us
+from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 from dashboard.figures import GRAPH_CONFIG, diff_figure
 from dashboard.pages.common import badge, error_card, markdown_block, run_href
 from dashboard.runs import RunStore
@@ -53,7 +53,7 @@ def _summary_table(d: dict) -> html.Table:
             ("GPU busy, whole trace", s["gpu_busy_us"], fmt_us), ("GPU idle, whole trace", s["gpu_idle_us"], fmt_us),
             ("steps", s["steps"], str), ("blocking host syncs", sy["blocking_calls"], str),
             ("GPU drain after syncs", sy["drain_us"], fmt_us), ("cudaMalloc calls", al["cuda_malloc"], str),
-            ("cudaFree calls", al["cuda_free"], str), ("reserved peak", al["reserved_peak_bytes"], fmt_bytes)]
+            ("cudaFree calls", al["cuda_free"], str), ("reserved peak", al["reserved_peak_bytes"], fmt_peak_bytes)]
     return html.Table([html.Thead(html.Tr([html.Th("metric"), html.Th("before → after")])),
                        html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt))])
                                    for name, v, fmt in rows])], className="kv")
