@@ -115,6 +115,11 @@ def test_alloc_churn_names_the_growing_buffer_and_empty_cache_lines(analyses):
     parent = next(f for f in report["findings"] if f["id"] == children[0]["parent"])
     assert sum(f["impact_us"] for f in children) <= parent["impact_us"] + 1e-6
     assert snap["empty_cache"]["segments_released"] == sum(e["action"] == "segment_free" for e in entries)
+    # each allocator gap among the largest names its exact line: the growing buffer's or empty_cache()'s
+    gaps = [g for g in report["gaps"]["top"] if g["cause"] == "allocator"]
+    assert gaps and all(g["allocating_line"].startswith(script) for g in gaps)
+    assert {source_line(g["allocating_line"]).strip().split("(")[0] for g in gaps} <= {
+        "self.kept = torch.cat", "torch.cuda.empty_cache"}
 
 
 def test_fragmentation_finding_names_the_line_whose_size_changes_every_step(analyses):
@@ -137,7 +142,12 @@ def test_the_snapshot_adds_to_the_report_and_changes_no_number(analyses, name):
                      and f["kind"] != "allocator_fragmentation"]
     assert top(with_records) == top(without)
     assert with_records["summary"]["steps"] == without["summary"]["steps"]
-    assert with_records["gaps"] == without["gaps"] and with_records["syncs"] == without["syncs"]
+    joined = ("allocating_line", "segment_bytes", "segment_action")  # what the records add to a gap piece
+    plain = [{k: v for k, v in g.items() if k not in joined} for g in with_records["gaps"]["top"]]
+    assert plain == without["gaps"]["top"] and not any(k in g for g in without["gaps"]["top"] for k in joined)
+    assert {k: v for k, v in with_records["gaps"].items() if k != "top"} == {
+        k: v for k, v in without["gaps"].items() if k != "top"}
+    assert with_records["syncs"] == without["syncs"]
 
 
 def test_analyze_cli_takes_a_snapshot_from_elsewhere_and_refuses_a_bad_one(tmp_path, capsys):

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 from analyzer.errors import UsageError
+from analyzer.report.mdsafe import cell, code, finish, one_line
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
@@ -101,16 +102,17 @@ def _change(before, after, fmt) -> str:
 
 
 def render_diff_markdown(d: dict) -> str:
+    d = one_line(d)
     s = d["summary"]
-    lines = [f"### GPU idle diff: `{d['before']['name']}` → `{d['after']['name']}`", "",
+    lines = [f"### GPU idle diff: {code(d['before']['name'])} → {code(d['after']['name'])}", "",
              f"GPU utilization {_change(s['gpu_utilization']['before'], s['gpu_utilization']['after'], fmt_pct)}; "
              f"median step {_change(d['per_step_median']['wall_us']['before'], d['per_step_median']['wall_us']['after'], fmt_us)}"
              f" (profiled); unprofiled step p50 "
              f"{_change(s['step_unprofiled_p50_us']['before'], s['step_unprofiled_p50_us']['after'], fmt_us)}.", "",
              "| finding | status | call site | GPU idle | count |", "|---|---|---|---|---|"]
     for f in d["findings"]:
-        title = (f["title_after"] or f["title_before"]).replace("|", "\\|")
-        lines.append(f"| {title} | **{f['status']}** | `{f['call_site'] or '–'}` | "
+        title = cell(f["title_after"] or f["title_before"])
+        lines.append(f"| {title} | **{f['status']}** | {cell(code(f['call_site']))} | "
                      f"{_change(f['impact_before_us'], f['impact_after_us'], fmt_us)} | "
                      f"{f['count_before'] if f['count_before'] is not None else '–'} → "
                      f"{f['count_after'] if f['count_after'] is not None else '–'} |")
@@ -125,7 +127,7 @@ def render_diff_markdown(d: dict) -> str:
               f"Allocator: cudaMalloc {_change(al['cuda_malloc']['before'], al['cuda_malloc']['after'], str)}, "
               f"cudaFree {_change(al['cuda_free']['before'], al['cuda_free']['after'], str)}, peak reserved "
               f"{_change(al['reserved_peak_bytes']['before'], al['reserved_peak_bytes']['after'], fmt_peak_bytes)}.", ""]
-    return "<!-- gpu-idle-analyzer diff -->\n" + "\n".join(lines) + "\n"
+    return finish(["<!-- gpu-idle-analyzer diff -->", *lines])
 
 
 def render_diff_html(d: dict) -> str:

@@ -167,7 +167,9 @@ def _top_gaps_table(report: dict, limit: int = 10) -> str:
     rows = [[f"<span class=num>{_x(g['ts_us'], t0):.3f}</span>", f"<span class=num>{fmt_ms(g.get('dur_us'))}</span>",
              f"<span class=chip style='--c:{CAUSE_COLORS.get(g.get('cause'), '#999')}'>{_esc(g.get('cause'))}</span>",
              _esc(g.get("step")), _esc(g.get("op")), _esc(g.get("runtime_call")),
-             f"{_where(g)}<details><summary>stack</summary>{_context(g.get('context'))}"
+             f"{_where(g)}" + (f"<br>{fmt_bytes(g.get('segment_bytes'))} {_esc(g.get('segment_action'))} at "
+                               f"<code>{_esc(g['allocating_line'])}</code>" if g.get("allocating_line") else "")
+             + f"<details><summary>stack</summary>{_context(g.get('context'))}"
              f"</details>"] for g in ((report.get("gaps") or {}).get("top") or [])[:limit]]
     return _table(["at (ms)", "duration (ms)", "cause", "step", "op", "runtime call", "where"], rows)
 

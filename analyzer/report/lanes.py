@@ -20,7 +20,7 @@ from dataclasses import fields
 import numpy as np
 
 from analyzer.report.figures import window_start_us
-from analyzer.units import fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 from analyzer.views import apis
 from analyzer.views.context import AnalysisContext
 from analyzer.views.frames import outermost_op
@@ -464,6 +464,12 @@ class TimelineData:
         """Hover text for a runtime call marker (host sync, cudaMalloc/cudaFree)."""
         rt, esc = self.model.runtime, html.escape
         op = self.op(row)
-        return "<br>".join([
-            f"<b>{esc(self.name(int(rt.name[row])))}</b> {fmt_us((rt.end_ns[row] - rt.start_ns[row]) / 1e3)}",
-            f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(row))}"])
+        lines = [f"<b>{esc(self.name(int(rt.name[row])))}</b> {fmt_us((rt.end_ns[row] - rt.start_ns[row]) / 1e3)}",
+                 f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(row))}"]
+        records = self.ctx.allocator_records
+        entry = records.entry_of_call(row) if records is not None else -1
+        if entry >= 0:  # the allocator's own record of this cudaMalloc/cudaFree
+            e = records.snapshot.entries
+            line = records.site(int(e.stack[entry])).label if e.stack[entry] >= 0 else None
+            lines.append(f"{fmt_bytes(int(e.size[entry]))} segment, allocator records: {esc(line or 'no stack')}")
+        return "<br>".join(lines)

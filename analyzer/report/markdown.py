@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from analyzer.report.mdsafe import cell, code, finish, one_line
 from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us
 
 MAX_CHARS = 60_000
@@ -14,18 +15,11 @@ CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "threa
                  "warmup": "one-time", "unknown": "unexplained"}
 
 
-def _cell(text) -> str:
-    s = "–" if text is None or text == "" else str(text)
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
-def _code(text) -> str:
-    return "–" if not text else f"`{_cell(text).replace('`', '')}`"
 
 
 def _table(headers: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return out
 
 
@@ -41,8 +35,8 @@ def headline(report: dict) -> str:
     steps = s["steps"]
     word = s.get("step_word", "step")
     line = (f"**GPU utilization {fmt_pct(s['gpu_utilization'])}**: busy {fmt_us(s['gpu_busy_us'])}, "
-            f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window over {steps} "
-            f"{word}{'' if steps == 1 else 's'}")
+            f"idle {fmt_us(s['gpu_idle_us'])} of a {fmt_us(s['window_us'])} window "
+            + (f"over {steps} {word}{'' if steps == 1 else 's'}" if steps else "(no step annotations in the trace)"))
     dil = s.get("step_time_us")
     if dil and dil.get("profiler_dilation") is not None:
         line += (f"; {word} {fmt_us(dil['unprofiled_p50'])} unprofiled vs {fmt_us(dil['profiled_p50'])} profiled "
@@ -67,12 +61,13 @@ def partition_line(report: dict) -> str | None:
 
 
 def render_markdown(report: dict) -> str:
+    report = one_line(report)
     lines = _header(report) + _findings(report) + _serving(report) + _steps(report) + _gap_details(report)
     lines += _sync_details(report)
     lines += _allocator_details(report) + _hta(report)
     lines.append(f"<sub>gpu-idle-analyzer {report['tool']['version']} · analysis {report['analysis_seconds']} s"
-                 f" · {_cell(report['source']['trace'])}</sub>")
-    text = "\n".join(lines) + "\n"
+                 f" · {cell(report['source']['trace'])}</sub>")
+    text = finish(lines)
     if len(text) > MAX_CHARS:  # keep the head (summary, findings, steps); say what was cut
         text = text[: MAX_CHARS - 200].rsplit("\n", 1)[0] + "\n\n_(report truncated to fit a GitHub comment; " \
                "see report.json / report.html for the rest)_\n"
@@ -82,11 +77,11 @@ def render_markdown(report: dict) -> str:
 def _header(report: dict) -> list[str]:
     run = report.get("run")
     if run:
-        title = (f"### GPU idle report: {_cell(run.get('workload') or run.get('script'))} — {_cell(run.get('model'))}"
+        title = (f"### GPU idle report: {cell(run.get('workload') or run.get('script'))} — {cell(run.get('model'))}"
                  f" ({run.get('layers')} layers, {run.get('dtype')}, batch {run.get('batch_size')}, "
-                 f"{run.get('mode')}) on {_cell(run.get('device'))}, torch {run.get('torch')}")
+                 f"{run.get('mode')}) on {cell(run.get('device'))}, torch {run.get('torch')}")
     else:
-        title = f"### GPU idle report: `{_cell(report['source']['trace'])}`"
+        title = f"### GPU idle report: `{cell(report['source']['trace'])}`"
     lines = [title, "", headline(report), ""]
     if part := partition_line(report):
         lines += [part, ""]
@@ -139,8 +134,16 @@ def where(f: dict) -> str:
     """The call site, and the library code inside it, as one table cell."""
     call, lib = f.get("call_site"), f.get("library_site")
     if call and lib:
-        return f"{_code(call)} → {_code(lib)}"
-    return _code(call or lib)
+        return f"{code(call)} → {code(lib)}"
+    return code(call or lib)
+
+
+def _allocating(g: dict) -> str:
+    """A cudaMalloc/cudaFree gap's exact line from the allocator's records, when a snapshot was joined."""
+    if not g.get("allocating_line"):
+        return ""
+    what = "reserve" if g["segment_action"] in ("segment_alloc", "segment_map") else "release"
+    return f"; {fmt_bytes(g['segment_bytes'])} segment {what} at {code(g['allocating_line'])}"
 
 
 def _findings(report: dict) -> list[str]:
@@ -153,7 +156,7 @@ def _findings(report: dict) -> list[str]:
     lines = ["#### Findings (ranked by GPU idle time explained; ↳ rows refine the finding above them)", ""]
     lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle"], rows)
     lines.append("")
-    advice = [f"{n}. **{_cell(f['title'])}** — {f['advice']}" for n, f in shown if not f.get("parent")]
+    advice = [f"{n}. **{cell(f['title'])}** — {f['advice']}" for n, f in shown if not f.get("parent")]
     return lines + _details("What to do about each finding", advice)
 
 
@@ -166,7 +169,8 @@ def _steps(report: dict) -> list[str]:
     rows = [[s["step"], fmt_us(s["cpu_us"]), fmt_us(s.get("gpu_span_us")), fmt_us(s["busy_us"]),
              fmt_pct(s["gpu_utilization"]), *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]]
             for s in shown]
-    lines = [f"#### Per step ({len(steps)} steps, from {report['gaps']['step_source']})", "",
+    lines = [f"#### Per step ({len(steps)} step{'' if len(steps) == 1 else 's'}, from {report['gaps']['step_source']})",
+             "",
              "A step's GPU work is what it launched (matched by correlation id), wherever it ran; its idle time is "
              "the wait before that work. Utilization = busy / (busy + idle).", ""]
     lines += _table(["step", "CPU span", "GPU span", "GPU busy", "util",
@@ -204,7 +208,7 @@ def _serving(report: dict) -> list[str]:
                   f"{latency.get('throughput_tokens_per_s')} output tokens/s; mean batch {latency.get('mean_batch')}"
                   f" over {latency.get('engine_steps')} engine steps.", ""]
     parked = [f"{name} {fmt_us(part['idle_us'])} in {part['count']} gaps"
-              + (f" (most after `{_cell(site)}`)" if (site := named_site(part)) else "")
+              + (f" (most after `{cell(site)}`)" if (site := named_site(part)) else "")
               for name, part in (("event loop parked", loop), ("thread hand-offs", hops)) if part.get("count")]
     if parked:
         lines += ["GPU idle with the launching thread parked: " + "; ".join(parked) + ".", ""]
@@ -241,7 +245,7 @@ def _gap_details(report: dict) -> list[str]:
     if gaps["top"]:
         body += ["Largest idle intervals (a gap cut by cause is listed piece by piece):", ""]
         body += _table(["idle", "cause", "step", "op", "where (your code → library)"],
-                       [[fmt_us(g["dur_us"]), g["cause"], g["step"], _code(g["op"]), where(g)]
+                       [[fmt_us(g["dur_us"]), g["cause"], g["step"], code(g["op"]), where(g) + _allocating(g)]
                         for g in gaps["top"][:15]])
         body += ["", "Idle time by call site (the code that launched the awaited work, or that blocked):", ""]
         body += _table(["cause", "where (your code → library)", "pieces", "idle", "max"],
@@ -271,13 +275,13 @@ def _sync_details(report: dict) -> list[str]:
     sites = report["syncs"]
     if not sites:
         return []
-    rows = [[where(s), s["kind"], s["api"], _code(s["op"]), s["count"], fmt_us(s["wait_us"]),
+    rows = [[where(s), s["kind"], s["api"], code(s["op"]), s["count"], fmt_us(s["wait_us"]),
              fmt_us(s["drain_us"])] for s in sites[:20]]
     body = _table(["where (your code → library)", "kind", "blocking API", "op", "blocks", "CPU wait",
                    "GPU idle while blocked"], rows)
     for s in sites[:20]:
         for line in s.get("source_lines", []):
-            body.append(f"\n`{line['file']}:{line['line']}`: `{_cell(line['code'])}`")
+            body.append(f"\n`{line['file']}:{line['line']}`: `{cell(line['code'])}`")
     return _details(f"Host syncs: {sum(s['count'] for s in sites)} blocking calls at {len(sites)} call sites", body)
 
 
@@ -323,7 +327,7 @@ def _snapshot_details(snap: dict, names: dict) -> list[str]:
             ["allocating line (allocator records)", "library line", "segment reserves", "releases",
              "in the trace window", f"{names['malloc']}/{names['free']} time", "GPU idle", "request sizes",
              "steps"],
-            [[_code(s["call_site"]), _code(s["library_site"] or ""),
+            [[code(s["call_site"]), code(s["library_site"] or ""),
               f"{s['segment_allocs']} ({fmt_bytes(s['bytes_reserved'])})",
               f"{s['segment_frees']} ({fmt_bytes(s['bytes_released'])})", s.get("in_window", "–"),
               fmt_us(s["cuda_call_us"]), fmt_us(s["gpu_idle_us"]), s["request_sizes"],
@@ -341,11 +345,11 @@ def _snapshot_details(snap: dict, names: dict) -> list[str]:
     if frag.get("largest_missed_request_bytes"):
         where = frag.get("largest_missed_request_site")
         body.append(f"The largest request that found no cached block: {fmt_bytes(frag['largest_missed_request_bytes'])}"
-                    + (f" at {_code(where)}." if where else "."))
+                    + (f" at {code(where)}." if where else "."))
     ec = snap["empty_cache"]
     if ec["segments_released"]:
         body.append(f"\ntorch.cuda.empty_cache() released {ec['segments_released']} segments "
-                    f"({fmt_bytes(ec['bytes_released'])}) from {', '.join(_code(x) for x in ec['sites'])}; "
+                    f"({fmt_bytes(ec['bytes_released'])}) from {', '.join(code(x) for x in ec['sites'])}; "
                     f"{ec['segment_allocs_after']} segment reserves followed, {fmt_us(ec['cuda_malloc_us_after'])} of "
                     f"{names['malloc']} and {fmt_us(ec['gpu_idle_us_after'])} of GPU idle.")
     steps = snap.get("per_step") or []
@@ -354,7 +358,7 @@ def _snapshot_details(snap: dict, names: dict) -> list[str]:
         body.append(f"\nPer step: {min(s['segment_allocs'] for s in steps)} to "
                     f"{max(s['segment_allocs'] for s in steps)} segment reserves; cache hit share "
                     f"{fmt_pct(min(hits, default=None))} to {fmt_pct(max(hits, default=None))}.")
-    return _details(f"Allocator records ({_cell(os.path.basename(snap['source']))})", body)
+    return _details(f"Allocator records ({cell(os.path.basename(snap['source']))})", body)
 
 
 def _hta(report: dict) -> list[str]:
@@ -362,6 +366,6 @@ def _hta(report: dict) -> list[str]:
     if not hta:
         return []
     if hta.get("error"):
-        return [f"HTA: failed ({_cell(hta['error'])}).", ""]
-    body = [f"- {k}: {_cell(v)}" for k, v in hta.items() if not isinstance(v, (dict, list))]
+        return [f"HTA: failed ({cell(hta['error'])}).", ""]
+    body = [f"- {k}: {cell(v)}" for k, v in hta.items() if not isinstance(v, (dict, list))]
     return _details("HolisticTraceAnalysis, side by side", body)
