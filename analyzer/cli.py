@@ -64,6 +64,9 @@ def cmd_diff(args) -> int:
     import json
     from analyzer import api
     from analyzer.report.diff import render_diff_html
+    if args.fail_on is not None:  # a bad rule is refused before any work
+        from analyzer.report.gate import parse_fail_on
+        rules = parse_fail_on(args.fail_on)
     name_a, a = load_report(args.before)
     name_b, b = load_report(args.after)
     d = api.compare(name_a, a, name_b, b)
@@ -72,7 +75,34 @@ def cmd_diff(args) -> int:
                                           "diff.md": api.render_diff_markdown(d), "diff.html": render_diff_html(d)})
     print(api.render_diff_markdown(d).split("\n", 1)[1].split("\n| per step")[0].rstrip())
     print("reports: " + ", ".join(str(p) for p in written))
-    return 0
+    if args.fail_on is None:
+        return 0
+    from analyzer.report.gate import diff_gate
+    return _gate_exit("diff", diff_gate(d, rules), args)
+
+
+def cmd_check(args) -> int:
+    """One run against fixed limits: exit 1 with a line per failed rule."""
+    from analyzer.report.gate import check_gate, percent
+    limit = percent(args.max_idle_share, "--max-idle-share") if args.max_idle_share else None
+    _, report = load_report(args.path)
+    return _gate_exit("check", check_gate(report, limit, args.no_finding_kind or []), args)
+
+
+def _gate_exit(suite: str, results, args) -> int:
+    from analyzer.report.gate import github_annotations, junit_xml
+    from analyzer.report.files import write_reports
+    for r in results:
+        print(r.line())
+    if args.junit:
+        path = Path(args.junit)
+        write_reports(path.parent, {path.name: junit_xml(suite, results)})
+    if args.github_annotations:
+        sys.stdout.write(github_annotations(results))
+    failed = [r for r in results if not r.passed]
+    if failed:
+        print(f"gate: {len(failed)} of {len(results)} rules failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_dashboard(args) -> int:
@@ -168,6 +198,12 @@ def _refuse_foreign_reports(out_dirs: list[Path]) -> None:
                                  f"(choose another --out)")
 
 
+def _gate_outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--junit", metavar="FILE", help="also write the rules' results as JUnit XML")
+    parser.add_argument("--github-annotations", action="store_true",
+                        help="also print a GitHub Actions ::error annotation per failed rule")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m analyzer",
                                      description="Capture PyTorch inference workloads and explain GPU idle time.")
@@ -197,6 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("before", help="run folder, trace file or report.json")
     dif.add_argument("after", help="run folder, trace file or report.json")
     dif.add_argument("--out", help="folder for diff.json / diff.md / diff.html (default: ./diff-A-vs-B)")
+    dif.add_argument("--fail-on", metavar="RULES",
+                     help="exit 1 if any rule fails: new-finding[=SEVERITY] (a new top-level finding, of at least that "
+                          "severity if given: high, medium, low), util-drop=N%% (GPU utilization fell by more than N points), "
+                          "step-time=N%% (the step grew by more than N%%), comma-separated")
+    _gate_outputs(dif)
+    chk = sub.add_parser("check", help="gate one run: exit 1 if its idle share or its findings break the limits")
+    chk.add_argument("path", help="run folder, trace file or report.json")
+    chk.add_argument("--max-idle-share", metavar="N%", help="fail if the GPU is idle for more than N%% of the window")
+    chk.add_argument("--no-finding-kind", action="append", metavar="KIND",
+                     help="fail if the run has a finding of this kind (repeatable), e.g. sync, allocator_churn")
+    _gate_outputs(chk)
+    chk.set_defaults(func=cmd_check)
     dif.set_defaults(func=cmd_diff)
     dash = sub.add_parser("dashboard", help="the Dash dashboard over a folder of runs (same as python -m dashboard)",
                           add_help=False)

@@ -54,6 +54,8 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
             status = "unchanged"
         ref = after or before
         findings.append({"status": status, "kind": ref["kind"], "call_site": ref.get("call_site"),
+                         "child": ref.get("parent") is not None,
+                         "severity_before": before and before["severity"], "severity_after": after and after["severity"],
                          "title_before": before and before["title"], "title_after": after and after["title"],
                          "impact_before_us": before and before["impact_us"],
                          "impact_after_us": after and after["impact_us"],
