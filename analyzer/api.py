@@ -34,7 +34,7 @@ from analyzer.views.idle import CAUSES
 
 __all__ = [
     "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
-    "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "compare", "find", "is_trace_file",
+    "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "find", "is_trace_file",
     "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "read_meta", "render",
     "render_diff_markdown", "timeline", "trace_stem", "views", "window_start_us", "write", "write_reports",
 ]
@@ -120,6 +120,15 @@ def render(report: dict) -> dict[str, str]:
 
 def write(analysis: Analysis, out_dir: Path | None = None) -> list[Path]:
     return write_reports(out_dir or analysis.trace.source.out_dir, analysis.files)
+
+
+def annotate(analysis: Analysis, out_dir: Path | None = None) -> Path:
+    """The trace with our diagnosis spliced in (analyzer.report.annotate), beside the reports."""
+    from analyzer.report.annotate import annotated_name, annotation_events, write_annotated
+    source = analysis.trace.source
+    out_dir = Path(out_dir or source.out_dir)
+    return write_annotated(source.trace, out_dir / annotated_name(source.trace),
+                           annotation_events(analysis.context, analysis.report))
 
 
 def timeline(analysis: Analysis, report: dict | None = None) -> TimelineData:

@@ -50,6 +50,8 @@ def cmd_analyze(args) -> int:
             meta_warned.add(warning)
             print(warning, file=sys.stderr)
         print_summary(report, api.write(analysis))
+        if args.annotate:
+            print(f"annotated: {api.annotate(analysis)} (our diagnosis on tracks of its own; opens in Perfetto)")
     return 0
 
 
@@ -225,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--user-code", action="append", metavar="PREFIX",
                      help="a path prefix of your own code (repeatable), e.g. --user-code vllm/ when you work on vLLM:"
                           " its frames become call sites instead of library context")
+    ana.add_argument("--annotate", action="store_true",
+                     help="also write <trace>.annotated.trace.json.gz: the trace plus idle intervals by cause and "
+                          "every finding's occurrences as tracks of their own, for Perfetto / chrome://tracing")
     ana.add_argument("--memory-snapshot", metavar="PICKLE",
                      help="a torch.cuda.memory._snapshot() pickle of the same run (default: memory_snapshot.pickle "
                           "beside the trace): joins the allocator's own records to the trace")

@@ -38,7 +38,7 @@ KnownCategory = Literal[
     "python_function", "overhead", "cuda_sync", "cuda_profiler_range", "mtia_runtime",
     "mtia_ccp_events", "mtia_insight", "mtia_counters", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver",
     "collective_comm", "gpu_pm_counter", "privateuse1_runtime", "privateuse1_driver",
-    "ac2g", "fwdbwd", "Trace",
+    "ac2g", "fwdbwd", "Trace", "gpu_idle_analyzer",  # the last: `analyze --annotate`'s own events, skipped
     "Operator", "Runtime", "Driver", "Kernel", "Memcpy", "Memset", "Python", "User annotation",
     "gpu_user_Annotation",
 ]
