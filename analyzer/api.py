@@ -19,6 +19,7 @@ import numpy as np
 from analyzer.errors import UsageError
 from analyzer.report.assemble import REPORT_SCHEMA, assemble_report
 from analyzer.report.diff import compare, render_diff_markdown
+from analyzer.report.verdict import is_improvement
 from analyzer.report.files import write_reports
 from analyzer.report.figures import mem_unit, window_start_us
 from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
@@ -34,7 +35,7 @@ from analyzer.views.idle import CAUSES
 
 __all__ = [
     "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
-    "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "find", "is_trace_file",
+    "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "is_improvement", "find", "is_trace_file",
     "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "read_meta", "render",
     "render_diff_markdown", "timeline", "trace_stem", "views", "window_start_us", "write", "write_reports",
 ]

@@ -29,7 +29,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
     app = dash.Dash(__name__, title="GPU idle dashboard", update_title=None, assets_folder=str(ASSETS),
                     suppress_callback_exceptions=True)
     app.layout = html.Div([
-        dcc.Location(id="url"),
+        dcc.Location(id="url", refresh="callback-nav"),  # pages write their state into the URL without a reload
         html.Nav([dcc.Link("GPU idle dashboard", href="/", className="brand"),
                   dcc.Link("Runs", href="/"), dcc.Link("Compare two runs", href="/diff"),
                   html.Span(f"runs under {store.root}", className="nav-dir")], className="nav"),
@@ -38,7 +38,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
                                             className="loading-card")),
     ])
 
-    @app.callback(Output("page", "children"), Input("url", "pathname"), State("url", "search"))
+    @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"))
     def route(pathname, search):
         path = unquote(pathname or "/")
         query = {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}

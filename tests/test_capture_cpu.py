@@ -46,7 +46,9 @@ def test_meta_records_what_only_the_capture_knows(tiny_run):
     assert meta["workload"]["profiler"]["active"] == 3
     assert meta["environment"]["torch"] and meta["environment"]["device"] == "cpu"
     timing = meta["unprofiled"]
-    assert timing["steps"] == 8 and len(timing["per_step_ms"]) == 8
+    sessions = meta["workload"]["timing"]["sessions"]
+    assert sessions == 3 and timing["sessions"] == 3 and len(timing["session_p50_ms"]) == 3
+    assert timing["steps"] == 8 * 3 and len(timing["per_step_ms"]) == 8 * 3
     assert 0 < timing["step_ms"]["min"] <= timing["step_ms"]["p50"] <= timing["step_ms"]["max"]
     assert timing["tokens_per_s"] > 0 and timing["prefill_ms"] > 0
     assert meta["profiled"]["annotations"] == ["prefill", "decode_step#0", "decode_step#1", "decode_step#2"]
@@ -163,3 +165,25 @@ def test_diff_against_a_cpu_run_calls_its_gpu_memory_peak_unknown_not_zero(tiny_
     peak = d["allocator"]["reserved_peak_bytes"]
     assert peak == {"before": None, "after": gpu["allocator"]["reserved_peak_bytes"]} and peak["after"] > 0
     assert "peak reserved unknown (no [memory] events) → " in api.render_diff_markdown(d)
+
+
+def test_diff_verdict_weighs_step_time_against_the_runs_own_session_noise(tiny_run, tmp_path, cli):
+    """The same run against itself: no change, within noise. Against host_work (a Python loop added to every
+    step, several times the tiny step): worse, beyond the noise band, with the new host-work finding named."""
+    from analyzer import api
+    run, _ = tiny_run
+    same = api.compare("a", api.analyze(api.load(run)).report, "b", api.analyze(api.load(run)).report)["verdict"]
+    assert same["outcome"] == "unchanged" and "within the noise" in same["headline"]
+    out = tmp_path / "slow"
+    result = cli("capture", "workloads/host_work.yaml", "--out", str(out), "--set", "model.preset=tiny",
+                 "--set", "device=auto", "--set", "batch_size=2", "--set", "prompt_length=16",
+                 "--set", "decode_steps=8", "--set", "profiler.active=3")
+    assert result.returncode == 0, result.stderr
+    slow = api.analyze(api.load(only_run(out))).report
+    fast = api.analyze(api.load(run)).report
+    d = api.compare("tiny", fast, "host_work", slow)
+    step = d["verdict"]["step"]
+    assert step["measure"] == "unprofiled step" and step["session_spread"] is not None
+    assert step["ratio"] > 1 + step["session_spread"] and step["interval"][0] > 1
+    assert d["verdict"]["outcome"] == "worse" and "beyond the noise" in d["verdict"]["headline"]
+    assert api.render_diff_markdown(d).split("\n")[3].startswith("**Worse: the median unprofiled step went ")

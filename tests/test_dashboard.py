@@ -273,7 +273,34 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     assert sorted(t.split("\t")[1].strip() for t in shown) == sorted(fixed)
     summary = page.locator(".diff-summary").inner_text()
     assert "GPU utilization" in summary and "step time p50, unprofiled" in summary
+    verdict = page.locator("p.verdict")
+    assert verdict.get_attribute("data-outcome") == d["verdict"]["outcome"] == "better"
+    assert verdict.inner_text() == d["verdict"]["headline"] and ".item()" in d["verdict"]["headline"]
+    # utilization rose: green; the blocking syncs went away: green
+    util = page.locator("tr[data-metric=gpu_utilization] .delta")
+    assert util.get_attribute("class") == "delta good"
+    assert page.locator("tr[data-metric=blocking_calls] .delta").get_attribute("class") == "delta good"
     screenshot(page, "diff-item_sync-decode")
+
+    # the pickers write the pair into the URL; Back returns to the previous pair
+    page.locator("#diff-after").click()
+    page.get_by_role("option", name="alloc_churn", exact=True).click()  # the list opens in a portal
+    page.wait_for_url("**/diff?before=item_sync&after=alloc_churn", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('p.verdict') && "
+                           "document.querySelector('.diff-title').innerText.includes('alloc_churn')", timeout=60_000)
+    page.go_back()
+    page.wait_for_url("**/diff?before=item_sync&after=decode", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('.diff-title') && "
+                           "document.querySelector('.diff-title').innerText.includes('decode')", timeout=60_000)
+    assert not page.errors
+
+
+@needs_browser
+def test_diff_page_names_unknown_runs_instead_of_showing_others(page, base_url):
+    page.goto(f"{base_url}/diff?before=nope&after=decode")
+    card = page.locator(".error-card")
+    assert "no such run: before='nope'" in card.inner_text(timeout=20_000)
+    assert page.locator("p.verdict").count() == 0
     assert not page.errors
 
 

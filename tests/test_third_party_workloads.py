@@ -137,9 +137,10 @@ def test_hf_generate_capture_on_cpu(tmp_path, cli):
     events, meta = load_run(run)
     assert meta["complete"] is True and meta["workload"]["hf"] == {"max_new_tokens": 4}
     timing = meta["unprofiled"]
-    assert timing["step_label"] == "generate" and timing["prefill_ms"] is None and timing["steps"] == 3
-    assert timing["tokens_per_step"] == 4
-    assert timing["tokens_per_s"] == pytest.approx(2 * 4 * 3 / timing["wall_s"])
+    sessions = meta["workload"]["timing"]["sessions"]
+    assert timing["step_label"] == "generate" and timing["prefill_ms"] is None and timing["steps"] == 3 * sessions
+    assert timing["tokens_per_step"] == 4 and len(timing["session_p50_ms"]) == sessions
+    assert timing["tokens_per_s"] == pytest.approx(2 * 4 * 3 * sessions / timing["wall_s"])
     assert meta["profiled"]["annotations"] == ["generate#0", "generate#1"]
     info = meta["script_info"]
     assert info["transformers"] == transformers.__version__ and info["output_tokens_last_call"] == 4

@@ -64,6 +64,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("sampling.temperature", (int, float), 0.0, "0 = greedy argmax; > 0 samples on the device", minimum=0),
     Field("sampling.top_k", int, 0, "0 = no top-k filter", minimum=0),
     Field("timing.warmup_steps", int, 5, "decode steps run before anything is timed", minimum=0),
+    Field("timing.sessions", int, 3, "timed sessions of decode_steps steps each (fresh sequences); their medians "
+          "apart are the run-to-run noise a diff's verdict weighs a step-time change against", minimum=1),
     Field("timing.compare_modes", bool, False, "also time the other decode mode and record the eager/graph ratio"),
     Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
     Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
@@ -126,6 +128,7 @@ class SamplingConfig:
 @dataclasses.dataclass(frozen=True)
 class TimingConfig:
     warmup_steps: int
+    sessions: int
     compare_modes: bool
 
 

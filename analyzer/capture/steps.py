@@ -8,6 +8,7 @@ a fresh sequence and up to 8 steps.
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -63,7 +64,7 @@ class StepsKind:
                                     "statistic": "p50 of unprofiled steps", "other_mode_timing": other}}
 
     def retime(self, session: CaptureSession) -> dict:
-        return time_steps(session, self.wl)
+        return time_steps(session, self.wl, sessions=1)
 
     # --- profile ------------------------------------------------------------------------------------------------
 
@@ -132,12 +133,14 @@ class StepsKind:
         return part
 
 
-def time_steps(session: CaptureSession, wl) -> dict:
-    """Per-step latency of `wl` without the profiler: `timing.warmup_steps` steps, then a fresh sequence and
-    `decode_steps` timed steps. On CUDA, events between step starts give the per-step times and a synchronize
-    brackets the timed region only."""
+def time_steps(session: CaptureSession, wl, sessions: int | None = None) -> dict:
+    """Per-step latency of `wl` without the profiler: `timing.warmup_steps` steps, then `timing.sessions` timed
+    sessions (each a fresh sequence and `decode_steps` steps; their medians apart show the run-to-run noise that
+    one session's steps hide). On CUDA, events between step starts give the per-step times and a synchronize
+    brackets each timed region only."""
     c, progress = session.config, session.progress
     steps, warmup_steps = c.decode_steps, c.timing.warmup_steps
+    sessions = sessions or c.timing.sessions
     progress.phase("warm-up", warmup_steps + 1)
     wl.new_sequence()
     progress.advance()
@@ -145,7 +148,30 @@ def time_steps(session: CaptureSession, wl) -> dict:
         wl.step()
         progress.advance()
     session.sync()
-    progress.phase("timing (no profiler)", steps + 1)
+    step_ms, cpu_ms, medians, prefill_ms, wall_s = [], [], [], None, 0.0
+    for k in range(sessions):
+        progress.phase(f"timing (no profiler), session {k + 1} of {sessions}", steps + 1)
+        one_steps, one_cpu, prefill, wall = _timed_session(session, wl, steps)
+        step_ms += one_steps
+        cpu_ms += one_cpu
+        medians.append(statistics.median(one_steps))
+        prefill_ms = prefill if prefill_ms is None else prefill_ms
+        wall_s += wall
+    tokens = tokens_per_step(wl)
+    return {
+        "steps": steps * sessions, "sessions": sessions, "session_p50_ms": medians, "step_label": wl.step_label,
+        "prefill_ms": prefill_ms, "step_ms": summarize_ms(step_ms), "per_step_ms": step_ms,
+        "cpu_issue_ms": summarize_ms(cpu_ms),
+        "wall_s": wall_s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": c.batch_size * steps * sessions * tokens / wall_s if tokens else None,
+        "clock": "cuda events between step starts" if session.cuda else "time.perf_counter",
+    }
+
+
+def _timed_session(session: CaptureSession, wl, steps: int) -> tuple[list[float], list[float], float | None, float]:
+    """One fresh sequence and `steps` timed steps: (step ms, CPU issue ms, prefill ms, wall s)."""
+    progress = session.progress
     t0 = time.perf_counter()
     wl.new_sequence()
     session.sync()
@@ -168,13 +194,4 @@ def time_steps(session: CaptureSession, wl) -> dict:
     wall_s = time.perf_counter() - t0
     cpu_ms = [(b - a) * 1e3 for a, b in zip(cpu_marks, cpu_marks[1:])]
     step_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)] if cuda else cpu_ms
-    tokens = tokens_per_step(wl)
-    return {
-        "steps": steps, "step_label": wl.step_label, "prefill_ms": prefill_ms,
-        "step_ms": summarize_ms(step_ms), "per_step_ms": step_ms,
-        "cpu_issue_ms": summarize_ms(cpu_ms),
-        "wall_s": wall_s,
-        "tokens_per_step": tokens,
-        "tokens_per_s": c.batch_size * steps * tokens / wall_s if tokens else None,
-        "clock": "cuda events between step starts" if cuda else "time.perf_counter",
-    }
+    return step_ms, cpu_ms, prefill_ms, wall_s

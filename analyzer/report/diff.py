@@ -8,6 +8,7 @@ from pathlib import Path
 
 from analyzer.errors import UsageError
 from analyzer.report.mdsafe import cell, code, finish, one_line
+from analyzer.report.verdict import verdict
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
@@ -79,13 +80,15 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
                                 "after": sum(s["count"] for s in b["syncs"])},
              "drain_us": {"before": round(sum(s["drain_us"] for s in a["syncs"]), 3),
                           "after": round(sum(s["drain_us"] for s in b["syncs"]), 3)}}
-    return {"schema": DIFF_SCHEMA, "before": {"name": name_a, "trace": a["source"]["trace"], "run": a.get("run")},
+    d = {"schema": DIFF_SCHEMA, "before": {"name": name_a, "trace": a["source"]["trace"], "run": a.get("run")},
             "after": {"name": name_b, "trace": b["source"]["trace"], "run": b.get("run")},
             "summary": summary, "idle_by_cause_us": {c: {"before": a["gaps"]["by_cause"].get(c, 0.0),
                                                          "after": b["gaps"]["by_cause"].get(c, 0.0)}
                                                      for c in {**a["gaps"]["by_cause"], **b["gaps"]["by_cause"]}},
             "per_step_median": per_step, "steps": aligned, "findings": findings, "syncs": syncs,
             "allocator": allocator}
+    d["verdict"] = verdict(d, a, b)
+    return d
 
 
 def _allocator_value(report: dict, key: str):
@@ -107,6 +110,7 @@ def render_diff_markdown(d: dict) -> str:
     d = one_line(d)
     s = d["summary"]
     lines = [f"### GPU idle diff: {code(d['before']['name'])} → {code(d['after']['name'])}", "",
+             f"**{d['verdict']['headline']}**" if d.get("verdict") else "", "",
              f"GPU utilization {_change(s['gpu_utilization']['before'], s['gpu_utilization']['after'], fmt_pct)}; "
              f"median step {_change(d['per_step_median']['wall_us']['before'], d['per_step_median']['wall_us']['after'], fmt_us)}"
              f" (profiled); unprofiled step p50 "

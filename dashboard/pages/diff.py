@@ -2,10 +2,12 @@
 new, changed, unchanged), step time, utilization, idle by cause, syncs and allocator calls."""
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import dash
 from dash import Input, Output, dcc, html
 
-from analyzer.api import compare, render_diff_markdown
+from analyzer.api import compare, is_improvement, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 from dashboard.figures import GRAPH_CONFIG, diff_figure
@@ -19,8 +21,13 @@ def layout(store: RunStore, before: str | None, after: str | None) -> html.Div:
     runs = store.runs()
     options = [{"label": f"{r.run_id}", "value": r.run_id} for r in runs]
     ids = [r.run_id for r in runs]
-    before = before if before in ids else (ids[1] if len(ids) > 1 else None)
-    after = after if after in ids else (ids[0] if ids else None)
+    unknown = [f"{side}={value!r}" for side, value in (("before", before), ("after", after))
+               if value is not None and value not in ids]
+    if unknown:
+        return error_card(f"no such run: {', '.join(unknown)} (pick from the {len(ids)} runs under {store.root})",
+                          title="cannot compare", back=True)
+    before = before or (ids[1] if len(ids) > 1 else None)
+    after = after or (ids[0] if ids else None)
     return html.Div([
         html.H1("Compare two runs"),
         html.P("Pick the run before a fix and the run after it. Runs not analyzed yet are analyzed now.",
@@ -33,30 +40,37 @@ def layout(store: RunStore, before: str | None, after: str | None) -> html.Div:
     ], className="page-diff")
 
 
-def _change(before, after, fmt) -> list:
+def _change(before, after, fmt, metric: str | None = None) -> list:
+    """before → after and the change in percent, green when it is an improvement and red when not."""
     if before is None and after is None:
         return ["–"]
     text = f"{fmt(before) if before is not None else '–'} → {fmt(after) if after is not None else '–'}"
     if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before:
-        return [text, html.Span(f" ({100 * (after - before) / abs(before):+.0f}%)", className="muted")]
+        good = is_improvement(metric, before, after) if metric else None
+        tone = "muted" if good is None else "delta good" if good else "delta bad"
+        return [text, html.Span(f" ({100 * (after - before) / abs(before):+.0f}%)", className=tone)]
     return [text]
 
 
 def _summary_table(d: dict) -> html.Table:
     s, steps, sy, al = d["summary"], d["per_step_median"], d["syncs"], d["allocator"]
-    rows = [("GPU utilization", s["gpu_utilization"], fmt_pct),
-            ("step time p50, unprofiled", s["step_unprofiled_p50_us"], fmt_us),
-            ("step time p50, profiled", s["step_profiled_p50_us"], fmt_us),
-            ("median step wall (profiled)", steps["wall_us"], fmt_us),
-            ("median step GPU busy", steps["busy_us"], fmt_us),
-            ("median step GPU idle", steps["idle_us"], fmt_us),
-            ("GPU busy, whole trace", s["gpu_busy_us"], fmt_us), ("GPU idle, whole trace", s["gpu_idle_us"], fmt_us),
-            ("steps", s["steps"], str), ("blocking host syncs", sy["blocking_calls"], str),
-            ("GPU drain after syncs", sy["drain_us"], fmt_us), ("cudaMalloc calls", al["cuda_malloc"], str),
-            ("cudaFree calls", al["cuda_free"], str), ("reserved peak", al["reserved_peak_bytes"], fmt_peak_bytes)]
+    rows = [("GPU utilization", "gpu_utilization", s["gpu_utilization"], fmt_pct),
+            ("step time p50, unprofiled", "step_unprofiled_p50_us", s["step_unprofiled_p50_us"], fmt_us),
+            ("step time p50, profiled", "step_profiled_p50_us", s["step_profiled_p50_us"], fmt_us),
+            ("median step wall (profiled)", "wall_us", steps["wall_us"], fmt_us),
+            ("median step GPU busy", "busy_us", steps["busy_us"], fmt_us),
+            ("median step GPU idle", "idle_us", steps["idle_us"], fmt_us),
+            ("GPU busy, whole trace", "gpu_busy_us", s["gpu_busy_us"], fmt_us),
+            ("GPU idle, whole trace", "gpu_idle_us", s["gpu_idle_us"], fmt_us),
+            ("steps", "steps", s["steps"], str), ("blocking host syncs", "blocking_calls", sy["blocking_calls"], str),
+            ("GPU drain after syncs", "drain_us", sy["drain_us"], fmt_us),
+            ("cudaMalloc calls", "cuda_malloc", al["cuda_malloc"], str),
+            ("cudaFree calls", "cuda_free", al["cuda_free"], str),
+            ("reserved peak", "reserved_peak_bytes", al["reserved_peak_bytes"], fmt_peak_bytes)]
     return html.Table([html.Thead(html.Tr([html.Th("metric"), html.Th("before → after")])),
-                       html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt))])
-                                   for name, v, fmt in rows])], className="kv")
+                       html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt, metric))],
+                                           **{"data-metric": metric})
+                                   for name, metric, v, fmt in rows])], className="kv")
 
 
 def _findings_table(d: dict) -> html.Table | html.P:
@@ -66,7 +80,7 @@ def _findings_table(d: dict) -> html.Table | html.P:
     rows = [html.Tr([html.Td(badge(f["status"], STATUS_COLORS[f["status"]])),
                      html.Td(f["title_after"] or f["title_before"]),
                      html.Td(html.Code(f["call_site"] or "–")),
-                     html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us)),
+                     html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us, "gpu_idle_us")),
                      html.Td(_change(f["count_before"], f["count_after"], str))],
                     className=f"diff-finding {f['status']}", **{"data-status": f["status"]})
             for f in d["findings"]]
@@ -74,6 +88,12 @@ def _findings_table(d: dict) -> html.Table | html.P:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(Output("url", "search", allow_duplicate=True), Input("diff-before", "value"),
+                  Input("diff-after", "value"), prevent_initial_call=True)
+    def remember_pair(before_id, after_id):
+        """The pair in the URL: a link to this comparison, and Back to the previous pair."""
+        return "?" + urlencode({"before": before_id, "after": after_id})
+
     @app.callback(Output("diff-body", "children"), Input("diff-before", "value"), Input("diff-after", "value"))
     def show_diff(before_id, after_id):
         if not before_id or not after_id:
@@ -88,10 +108,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
             except UsageError as exc:
                 return error_card(str(exc), title=f"cannot analyze {run_id}")
         d = compare(before_id, reports[0], after_id, reports[1])
+        verdict = d["verdict"]
         return html.Div([
             html.P([dcc.Link(before_id, href=run_href(before_id)), " → ",
                     dcc.Link(after_id, href=run_href(after_id))],
                    className="diff-title"),
+            html.P(verdict["headline"], className=f"verdict {verdict['outcome']}",
+                   **{"data-outcome": verdict["outcome"]}),
             html.Div([html.Div([html.H2("Summary"), _summary_table(d)], className="diff-summary"),
                       html.Div(dcc.Graph(figure=diff_figure(d), config=GRAPH_CONFIG), className="diff-chart")],
                      className="diff-row"),

@@ -1,0 +1,121 @@
+"""A diff's verdict: one sentence saying what got better or worse and by how much, and whether the step-time change
+is beyond the run-to-run noise.
+
+Two noises bound a step-time change. Step to step: each run's per-step times resampled with replacement, the ratio of
+their medians taken 2000 times (a fixed seed: the same runs give the same verdict), its 95% interval. Session to
+session: the capture times `timing.sessions` fresh sequences, and their medians differ more than the steps of one
+session suggest (on the H200, sessions of one process 20% apart). A change is beyond the noise when the steps' interval
+excludes no change and the change is larger than the sessions' spread. A run with one timed session (older captures, bare traces) gives no session band: its step
+change is reported but not judged, and the verdict rests on the findings."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.units import fmt_pct, fmt_us
+
+RESAMPLES = 2000
+MIN_STEPS = 4  # fewer step samples per run give no band
+# which way is better for each compared metric (True: higher is better)
+HIGHER_IS_BETTER = {"gpu_utilization": True, "gpu_busy_us": None, "gpu_idle_us": False, "window_us": None,
+                    "steps": None, "step_unprofiled_p50_us": False, "step_profiled_p50_us": False, "wall_us": False,
+                    "busy_us": None, "idle_us": False, "blocking_calls": False, "drain_us": False,
+                    "cuda_malloc": False, "cuda_free": False, "reserved_peak_bytes": False,
+                    "allocated_peak_bytes": False}
+
+
+def step_samples(report: dict) -> tuple[list[float], str]:
+    """Step times in µs and what they are: the capture's unprofiled steps, else the profiled steps' wall times."""
+    timing = ((report.get("run") or {}).get("unprofiled") or {})
+    per_step = [v * 1e3 for v in timing.get("per_step_ms") or [] if isinstance(v, (int, float))]
+    if len(per_step) >= MIN_STEPS:
+        return per_step, "unprofiled step"
+    steps = [s for s in report["gaps"]["per_step"] if not s["step"].startswith("prefill")]
+    return [s["wall_us"] for s in steps if s.get("wall_us")], "profiled step"
+
+
+def step_change(a: dict, b: dict) -> dict | None:
+    """The median step before and after, the ratio, and its 95% bootstrap interval (None where too few steps)."""
+    (xa, what_a), (xb, what_b) = step_samples(a), step_samples(b)
+    if what_a != what_b:  # compare like with like: both profiled when one run lacks unprofiled timing
+        xa = [s["wall_us"] for s in a["gaps"]["per_step"] if not s["step"].startswith("prefill") and s.get("wall_us")]
+        xb = [s["wall_us"] for s in b["gaps"]["per_step"] if not s["step"].startswith("prefill") and s.get("wall_us")]
+        what_a = "profiled step"
+    if not xa or not xb:
+        return None
+    ma, mb = float(np.median(xa)), float(np.median(xb))
+    out = {"measure": what_a, "before_us": round(ma, 3), "after_us": round(mb, 3), "ratio": round(mb / ma, 4),
+           "steps_before": len(xa), "steps_after": len(xb), "interval": None}
+    if len(xa) >= MIN_STEPS and len(xb) >= MIN_STEPS:
+        rng = np.random.default_rng(0)
+        ra = np.median(rng.choice(np.asarray(xa), (RESAMPLES, len(xa))), axis=1)
+        rb = np.median(rng.choice(np.asarray(xb), (RESAMPLES, len(xb))), axis=1)
+        lo, hi = np.percentile(rb / ra, [2.5, 97.5])
+        out["interval"] = [round(float(lo), 4), round(float(hi), 4)]
+    spreads = [session_spread(r) for r in (a, b)] if what_a == "unprofiled step" else [None, None]
+    out["session_spread"] = None if None in spreads else round(max(spreads), 4)
+    return out
+
+
+def session_spread(report: dict) -> float | None:
+    """(max - min) / median of a run's timed sessions' medians; None with fewer than two sessions."""
+    medians = ((report.get("run") or {}).get("unprofiled") or {}).get("session_p50_ms") or []
+    if len(medians) < 2:
+        return None
+    return (max(medians) - min(medians)) / float(np.median(medians))
+
+
+def verdict(d: dict, a: dict, b: dict) -> dict:
+    """{"outcome": better | worse | mixed | unchanged, "headline": one sentence, "step": step_change}."""
+    step = step_change(a, b)
+    step_dir, parts = 0, []
+    if step:
+        pct = (step["ratio"] - 1) * 100
+        word = step["measure"]
+        text = f"the median {word} went {fmt_us(step['before_us'])} → {fmt_us(step['after_us'])} ({pct:+.1f}%"
+        spread = step["session_spread"]
+        if step["interval"] is None:
+            text += ", too few steps to tell noise apart)"
+        else:
+            lo, hi = step["interval"]
+            # beyond noise: the steps' interval excludes no change, and the change exceeds how far sessions differ
+            beyond = (lo > 1 or hi < 1) and abs(step["ratio"] - 1) > (spread or 0.0)
+            if spread is None:
+                text += (f"; steps alone put its 95% interval at {(lo - 1) * 100:+.1f}% to {(hi - 1) * 100:+.1f}%, "
+                         f"but one timed session per run cannot show the session-to-session noise: not judged)")
+            else:
+                step_dir = (1 if step["ratio"] < 1 else -1) if beyond else 0
+                text += (f", {'beyond' if beyond else 'within'} the noise: the steps' 95% interval "
+                         f"{(lo - 1) * 100:+.1f}% to {(hi - 1) * 100:+.1f}%, the sessions' medians up to "
+                         f"{spread * 100:.1f}% apart)")
+        parts.append(text)
+    top = [f for f in d["findings"] if not f.get("child")]
+    fixed = sorted((f for f in top if f["status"] == "fixed"), key=lambda f: -(f["impact_before_us"] or 0))
+    new = sorted((f for f in top if f["status"] == "new"), key=lambda f: -(f["impact_after_us"] or 0))
+    if fixed:
+        parts.append(f"{len(fixed)} finding{'s' * (len(fixed) > 1)} fixed (largest: {fixed[0]['title_before']})")
+    if new:
+        parts.append(f"{len(new)} new (largest: {new[0]['title_after']})")
+    u = d["summary"]["gpu_utilization"]
+    if u["before"] is not None and u["after"] is not None:
+        parts.append(f"GPU utilization {fmt_pct(u['before'])} → {fmt_pct(u['after'])}")
+    finding_dir = (1 if fixed else 0) - (1 if new else 0)
+    if step_dir and finding_dir and step_dir != finding_dir:
+        outcome = "mixed"
+    elif step_dir or finding_dir:
+        outcome = "better" if (step_dir or finding_dir) > 0 else "worse"
+    elif fixed and new:
+        outcome = "mixed"
+    else:
+        outcome = "unchanged"
+    lead = {"better": "Better", "worse": "Worse", "mixed": "Mixed", "unchanged": "No clear change"}[outcome]
+    return {"outcome": outcome, "headline": f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}.",
+            "step": step}
+
+
+def is_improvement(metric: str, before, after) -> bool | None:
+    """Whether a metric's change is good (True), bad (False) or neither / unknown (None), for colouring deltas."""
+    way = HIGHER_IS_BETTER.get(metric)
+    if way is None or not isinstance(before, (int, float)) or not isinstance(after, (int, float)) \
+            or before == after:
+        return None
+    return (after > before) == way
