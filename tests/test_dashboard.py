@@ -298,8 +298,8 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
 @needs_browser
 def test_diff_page_names_unknown_runs_instead_of_showing_others(page, base_url):
     page.goto(f"{base_url}/diff?before=nope&after=decode")
-    card = page.locator(".error-card")
-    assert "no such run: before='nope'" in card.inner_text(timeout=20_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.error-card')].some("
+                           "c => c.innerText.includes(\"no such run: before='nope'\"))", timeout=20_000)
     assert page.locator("p.verdict").count() == 0
     assert not page.errors
 
