@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, dcc, html
 
 from dashboard import downloads
 from dashboard.pages import diff, run, runlist
@@ -45,7 +45,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
         if path in ("/", ""):
             return runlist.layout(store)
         if path.startswith("/run/"):
-            return run.layout(store, path[len("/run/"):])
+            return run.layout(store, path[len("/run/"):], query)
         if path.rstrip("/") == "/diff":
             return diff.layout(store, query.get("before"), query.get("after"))
         return error_card(f"{path}: no such page", back=True)

@@ -178,7 +178,7 @@ def test_run_page_findings_memory_and_zoom_to_a_finding(page, base_url):
     before = page.evaluate(graph_js("gd.layout.xaxis.range.slice()"))
     sync = next(f for f in expected["findings"] if f["kind"] == "sync" and ".item()" in f["title"])
     t0 = window_start_us(expected)
-    s, e = ((x - t0) / 1e3 for x in sync["occurrences_us"][0])
+    s, e = ((x - t0) / 1e3 for x in max(sync["occurrences_us"], key=lambda o: o[1] - o[0]))  # the largest
     page.locator("tr.finding-row", has_text=".item()").click()
     page.wait_for_function(
         f"""() => {{ const gd = document.querySelector('#timeline .js-plotly-plot');
@@ -292,6 +292,41 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     page.wait_for_url("**/diff?before=item_sync&after=decode", timeout=20_000)
     page.wait_for_function("() => document.querySelector('.diff-title') && "
                            "document.querySelector('.diff-title').innerText.includes('decode')", timeout=60_000)
+    assert not page.errors
+
+
+@needs_browser
+def test_run_page_state_lives_in_the_url(page, base_url):
+    """Selecting a finding and zooming write the address; reload restores the same detail and window; Back walks
+    the selections; a link naming nothing says so."""
+    expected = report_of("item_sync")
+    sync = next(f for f in expected["findings"] if f["kind"] == "sync")
+    open_run(page, base_url, "item_sync")
+    row = page.locator("tr.finding-row", has_text=".item()")
+    assert row.locator("a.permalink").get_attribute("href") == f"/run/item_sync?finding={sync['id']}"
+    row.click()
+    page.wait_for_url(f"**/run/item_sync?finding={sync['id']}&t0=*", timeout=20_000)
+    url = page.url
+    window = page.evaluate(graph_js("gd.layout.xaxis.range.slice()"))
+    query = dict(kv.split("=") for kv in url.split("?", 1)[1].split("&"))
+    assert [float(query["t0"]), float(query["t1"])] == pytest.approx(window, abs=2e-3)
+
+    page.reload()
+    page.wait_for_function(graph_js("gd && gd._fullData && gd._fullData.length > 10"), timeout=60_000)
+    assert sync["title"] in page.locator("#finding-detail").inner_text(timeout=20_000)
+    assert page.evaluate(graph_js("gd.layout.xaxis.range.slice()")) == pytest.approx(window, abs=2e-3)
+
+    page.locator("button.occurrence").nth(1).click()
+    page.wait_for_url(f"**/run/item_sync?finding={sync['id']}&occ=2&t0=*", timeout=20_000)
+    page.go_back()
+    page.wait_for_url(url, timeout=20_000)
+    page.wait_for_function(graph_js(f"gd && gd.layout.xaxis.range && Math.abs(gd.layout.xaxis.range[0] - "
+                                    f"{window[0]}) < 2e-3"), timeout=60_000)
+    assert sync["title"] in page.locator("#finding-detail").inner_text(timeout=20_000)
+
+    page.goto(f"{base_url}/run/item_sync?finding=nope&t0=x")
+    page.wait_for_function("() => [...document.querySelectorAll('.error-card')].some("
+                           "c => c.innerText.includes(\"no finding 'nope'\"))", timeout=60_000)
     assert not page.errors
 
 

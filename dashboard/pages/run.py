@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html
@@ -13,7 +14,7 @@ from analyzer.errors import UsageError
 from analyzer.api import TimelineData, numbered
 from analyzer.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, MEMORY_POINT, segments_figure, steps_figure, timeline_figure
-from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block,
+from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block, run_href,
                                     severity_badge)
 from dashboard.runs import RunStore, format_created
 
@@ -27,7 +28,8 @@ TIMELINE_HINT = ("Drag across any panel to zoom all of them (the server recomput
 
 # ------------------------------------------------------------------ layout
 
-def layout(store: RunStore, run_id: str) -> html.Div:
+def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
+    """The run page; `query` (the URL's finding / occ / t0 / t1) restores a selected finding and a zoom."""
     run = store.find(run_id)
     if run is None:
         return error_card(f"no run {run_id!r} under the traces folder", back=True)
@@ -37,26 +39,30 @@ def layout(store: RunStore, run_id: str) -> html.Div:
         markdown = store.report_text(run, "report.md")
     except UsageError as exc:
         return error_card(str(exc), title="cannot analyze this run", back=True)
-    lo, hi = data.full_range()
-    figure = timeline_figure(data, data.view(lo, hi))
     findings = report.get("findings") or []
+    state = _state_from_query(report, data, query or {}, run.run_id)
+    lo, hi = state["window_ns"] or data.full_range()
+    figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"])
     kinds = sorted({f["kind"] for f in findings})
+    hint = html.P("Click a finding to zoom the timeline to its largest occurrence and see its call site, Python "
+                  "frames and advice.", className="hint")
     return html.Div([
         dcc.Store(id="run-id", data=run.run_id),
         dcc.Store(id="zoom", data=None),
+        dcc.Store(id="selection", data=state["selection"]),
+        dcc.Store(id="url-sync"),
         dcc.Store(id="timeline-relayout", data=None),
         dcc.Store(id="shown-window", data=[lo, hi]),
         _header(report, run.run_id),
+        *([error_card(state["problem"], title="this link")] if state["problem"] else []),
         html.Div([
             html.Div([
                 html.Div([html.H2("Findings"),
                           dcc.Checklist(id="kind-filter", options=kinds, value=kinds, inline=True,
                                         className="kind-filter")], className="section-head"),
-                html.Div(_findings_table(findings), className="findings-scroll"),
+                html.Div(_findings_table(findings, run.run_id), className="findings-scroll"),
             ], className="findings-col"),
-            html.Div(html.P("Click a finding to zoom the timeline to its occurrences and see its call site, "
-                            "Python frames and advice.", className="hint"),
-                     id="finding-detail", className="detail-col"),
+            html.Div(state["detail"] or hint, id="finding-detail", className="detail-col"),
         ], className="findings-row"),
         html.H2("Timeline"),
         html.P(TIMELINE_HINT, className="hint"),
@@ -106,17 +112,74 @@ def _header(report: dict, run_id: str) -> html.Header:
     ])
 
 
-def _findings_table(findings: list[dict]) -> html.Table | html.P:
+def _state_from_query(report: dict, data: TimelineData, query: dict, run_id: str) -> dict:
+    """What a link's query selects: `finding` (its id), `occ` (1-based occurrence), `t0` / `t1` (ms on the
+    timeline's axis). Values that name nothing in this run are said, not silently ignored."""
+    state = {"window_ns": None, "highlights_ns": [], "detail": None, "selection": None}
+    problems = []
+    findings = report.get("findings") or []
+    fid = query.get("finding")
+    if fid is not None:
+        index = next((i for i, f in enumerate(findings) if f.get("id") == fid), None)
+        if index is None:
+            problems.append(f"no finding {fid!r} in this run ({len(findings)} findings)")
+        else:
+            f = findings[index]
+            occ = f.get("occurrences_us") or []
+            n = _int(query.get("occ"))
+            if n is not None and not 1 <= n <= len(occ):
+                problems.append(f"finding {fid!r} has no occurrence {query.get('occ')!r} ({len(occ)} shown)")
+                n = None
+            state.update(detail=_detail(f, index, run_id), selection={"finding": fid, "occ": n})
+            if occ:
+                zoom = _zoom(_window_ns(data, [occ[n - 1] if n else _largest(occ)], 0.0 if n else 0.05), occ, data)
+                state.update(window_ns=zoom["window_ns"], highlights_ns=zoom["highlights_ns"])
+    t0, t1 = _float(query.get("t0")), _float(query.get("t1"))
+    if (query.get("t0"), query.get("t1")) != (None, None):
+        if t0 is None or t1 is None or not t0 < t1:
+            problems.append(f"t0={query.get('t0')!r}, t1={query.get('t1')!r}: not a time window in ms")
+        else:
+            state["window_ns"] = [t0 * 1e6, t1 * 1e6]
+    state["problem"] = "; ".join(problems) or None
+    return state
+
+
+def _int(text) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float(text) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value == value and abs(value) != float("inf") else None
+
+
+def _largest(occurrences: list) -> tuple[float, float]:
+    return max(occurrences, key=lambda o: o[1] - o[0])
+
+
+def finding_href(run_id: str, finding_id: str, occ: int | None = None) -> str:
+    return f"{run_href(run_id)}?" + urlencode({"finding": finding_id, **({"occ": occ} if occ else {})})
+
+
+def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
     if not findings:
         return html.P("No findings: nothing in this trace explains a significant share of GPU idle time.",
                       className="empty")
     head = html.Thead(html.Tr([html.Th(h) for h in ("#", "severity", "kind", "finding", "your code → library",
-                                                    "count", "GPU idle")]))
+                                                    "count", "GPU idle", "")]))
     numbers = [n for n, _ in numbered(findings)]
     rows = [html.Tr([html.Td(numbers[i]), html.Td(severity_badge(f["severity"])), html.Td(f["kind"], className="kind"),
                      html.Td(("↳ " if f.get("parent") else "") + f["title"]), _where_cell(f),
                      html.Td(str(f.get("count", "–")), className="num"),
-                     html.Td(fmt_us(f.get("impact_us")), className="num")],
+                     html.Td(fmt_us(f.get("impact_us")), className="num"),
+                     html.Td(html.A("link", href=finding_href(run_id, f["id"]), className="permalink",
+                                    title="a link to this finding, to paste into an issue"))],
                     id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0,
                     className="finding-row child" if f.get("parent") else "finding-row",
                     title="click: zoom the timeline to this finding")
@@ -132,7 +195,7 @@ def _where_cell(f: dict) -> html.Td:
     return html.Td(parts or "–", className="call-site")
 
 
-def _detail(f: dict, index: int) -> list:
+def _detail(f: dict, index: int, run_id: str | None = None) -> list:
     detail = f.get("detail") or {}
     out = [html.H3(f["title"]),
            html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
@@ -155,8 +218,11 @@ def _detail(f: dict, index: int) -> list:
     occ = f.get("occurrences_us") or []
     if occ:
         out += [html.H4(f"Occurrences ({len(occ)} shown; all shaded on the timeline)"), html.Div([
-            html.Button(f"#{k + 1} {fmt_us(e - s)}", id={"type": OCCURRENCE, "finding": index, "index": k},
-                        n_clicks=0, className="occurrence", title="zoom to this occurrence")
+            html.Span([html.Button(f"#{k + 1} {fmt_us(e - s)}", id={"type": OCCURRENCE, "finding": index, "index": k},
+                                   n_clicks=0, className="occurrence", title="zoom to this occurrence"),
+                       *([html.A("link", href=finding_href(run_id, f["id"], k + 1), className="permalink",
+                                 title="a link to this occurrence")] if run_id and f.get("id") else [])],
+                      className="occurrence-item")
             for k, (s, e) in enumerate(occ[:MAX_OCCURRENCE_BUTTONS])], className="occurrences")]
     return out
 
@@ -209,29 +275,51 @@ def register(app: dash.Dash, store: RunStore) -> None:
         shown = set(kinds or [])
         return [None if o["id"]["kind"] in shown else {"display": "none"} for o in ctx.outputs_list]
 
-    @app.callback(Output("zoom", "data"), Output("finding-detail", "children"),
+    @app.callback(Output("zoom", "data"), Output("finding-detail", "children"), Output("selection", "data"),
                   Input({"type": FINDING, "index": ALL, "kind": ALL}, "n_clicks"), State("run-id", "data"),
                   prevent_initial_call=True)
     def select_finding(clicks, run_id):
+        """Zoom to the finding's largest occurrence (all of them shaded): a finding spread over the whole trace
+        still zooms to something one can read."""
         if not ctx.triggered or not ctx.triggered[0]["value"]:
             raise PreventUpdate
         index = ctx.triggered_id["index"]
         report, data = timeline_data(run_id)
         f = report["findings"][index]
         occ = f.get("occurrences_us") or []
-        zoom = _zoom(_window_ns(data, occ), occ, data) if occ else dash.no_update
-        return zoom, _detail(f, index)
+        zoom = _zoom(_window_ns(data, [_largest(occ)]), occ, data) if occ else dash.no_update
+        return zoom, _detail(f, index, run_id), {"finding": f.get("id"), "occ": None}
 
-    @app.callback(Output("zoom", "data", allow_duplicate=True),
+    @app.callback(Output("zoom", "data", allow_duplicate=True), Output("selection", "data", allow_duplicate=True),
                   Input({"type": OCCURRENCE, "finding": ALL, "index": ALL}, "n_clicks"), State("run-id", "data"),
                   prevent_initial_call=True)
     def zoom_to_occurrence(clicks, run_id):
         if not ctx.triggered or not ctx.triggered[0]["value"]:
             raise PreventUpdate
         report, data = timeline_data(run_id)
-        occ = report["findings"][ctx.triggered_id["finding"]]["occurrences_us"]
+        f = report["findings"][ctx.triggered_id["finding"]]
+        occ = f["occurrences_us"]
         s, e = occ[ctx.triggered_id["index"]]
-        return _zoom(_window_ns(data, [(s, e)], 0.0), occ, data)
+        return (_zoom(_window_ns(data, [(s, e)], 0.0), occ, data),
+                {"finding": f.get("id"), "occ": ctx.triggered_id["index"] + 1})
+
+    # The page's state goes into the address bar (history.pushState, no reload): a reload or a pasted link
+    # restores it, and Back / Forward walk the zooms and selections (the URL change re-renders the page).
+    app.clientside_callback(
+        """function(shown, selection, runId) {
+            if (!shown) { return window.dash_clientside.no_update; }
+            const q = new URLSearchParams();
+            if (selection && selection.finding) { q.set('finding', selection.finding); }
+            if (selection && selection.occ) { q.set('occ', selection.occ); }
+            q.set('t0', (shown[0] / 1e6).toFixed(3));
+            q.set('t1', (shown[1] / 1e6).toFixed(3));
+            const search = '?' + q.toString();
+            if (window.location.search !== search) {
+                window.history.pushState({}, '', window.location.pathname + search);
+            }
+            return window.dash_clientside.no_update;
+        }""", Output("url-sync", "data"), Input("shown-window", "data"), Input("selection", "data"),
+        State("run-id", "data"), prevent_initial_call=True)
 
     @app.callback(Output("zoom", "data", allow_duplicate=True), Input("steps-graph", "clickData"),
                   State("run-id", "data"), prevent_initial_call=True)
