@@ -296,6 +296,21 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
 
 
 @needs_browser
+def test_copy_as_markdown_copies_the_report_while_folded(browser, base_url):
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    try:
+        open_run(page, base_url, "item_sync")
+        assert page.locator(".markdown-block details").get_attribute("open") is None  # folded
+        page.locator("#report-md-copy").click()
+        page.wait_for_function("async () => (await navigator.clipboard.readText()).length > 1000", timeout=20_000)
+        copied = page.evaluate("async () => await navigator.clipboard.readText()")
+        assert copied.startswith("<!-- gpu-idle-analyzer report -->") and ".item()" in copied
+    finally:
+        context.close()
+
+
+@needs_browser
 def test_run_page_state_lives_in_the_url(page, base_url):
     """Selecting a finding and zooming write the address; reload restores the same detail and window; Back walks
     the selections; a link naming nothing says so."""

@@ -38,7 +38,9 @@ def error_card(message: str, title: str = "Cannot show this", back: bool = False
 def markdown_block(text: str, element_id: str, what: str) -> html.Div:
     """A copy button for the Markdown text (for pasting into a GitHub issue), and the text itself folded."""
     return html.Div([
-        html.Div([dcc.Clipboard(target_id=element_id, title="copy to the clipboard", className="clipboard"),
+        # the text itself, not the folded element's (a closed <details> has no rendered text to copy)
+        html.Div([dcc.Clipboard(content=text, id=f"{element_id}-copy", title="copy to the clipboard",
+                                className="clipboard"),
                   html.Span(f"Copy {what} as Markdown, for pasting into a GitHub issue")], className="copy-row"),
         html.Details([html.Summary("show the Markdown"), html.Pre(text, id=element_id, className="markdown")]),
     ], className="markdown-block")
