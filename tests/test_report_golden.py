@@ -35,6 +35,8 @@ def digests(path: Path) -> dict[str, str]:
         report[key] = 0.0
     report["source"]["trace"] = _name(item.trace)  # paths as the test names them, wherever the checkout is
     report["source"]["meta"] = _name(item.meta) if item.meta else None
+    if snapshot := report["allocator"].get("snapshot"):
+        snapshot["source"] = _name(Path(snapshot["source"]))
     files = api.render(report)
 
     def sha(value) -> str:
