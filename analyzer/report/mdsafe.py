@@ -48,14 +48,14 @@ def cell(value) -> str:
 
 
 def code(value) -> str:
-    """A code span that holds any text, backticks included (a longer fence); `|` escaped for tables."""
+    """A code span that holds any text, backticks included (a longer fence). In a table, cell() escapes its `|`."""
     if not value:
         return "–"
     text = str(value).replace("\n", " ")
     run = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (run + 1)
     pad = " " if run else ""
-    return fence + pad + _UNESCAPED_PIPE.sub(r"\\|", text) + pad + fence
+    return fence + pad + text + pad + fence
 
 
 def finish(lines: list[str]) -> str:

@@ -68,7 +68,7 @@ class _CategoryCodes(dict):
 CATEGORY_CODES = _CategoryCodes()
 GPU_KINDS = {"kernel": GpuKind.KERNEL, "gpu_memcpy": GpuKind.MEMCPY, "gpu_memset": GpuKind.MEMSET, "cuda_sync": GpuKind.SYNC}
 MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")
-STEP_NAME = re.compile(r"^(\w+)#(\d+)$|^prefill$")
+STEP_NAME = re.compile(r"^(\S[^#]*)#(\d+)$|^prefill$")  # "<label>#<n>": a label of any characters but "#"
 _MEMORY_ARGS = ("alloc_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 # Args fields by the categories whose tables use them -> the slice column that holds them.
 _ARGS_BY_CATEGORY = tuple(

@@ -18,7 +18,7 @@ import numpy as np
 
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
-FORMAT = 4  # 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay
+FORMAT = 5  # 5: a step label of any characters but "#"; 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay
 # launched before the window
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
