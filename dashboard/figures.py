@@ -16,6 +16,7 @@ STATE_COLORS = {
     "kernel": BUSY_COLOR, "memcpy": "#009E73", "memset": "#F0E442",
     "launch call": "#56B4E9", "blocking sync call": CAUSE_COLORS["sync"],
     "cudaMalloc/cudaFree": CAUSE_COLORS["allocator"], "other runtime call": "#BBBBBB",
+    "cpu op": "#7B68AE", "your code": "#44AA99",
     "step": STEP_COLORS[0], "step ": STEP_COLORS[1],
     "waiting": "#DDCC77", "prefill to first token": "#AA4499", "decoding": "#332288",
 }
@@ -251,7 +252,8 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     traces: list[dict] = []
     requests = list(REQUEST_STATES) if data.requests else []
     _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", "launch call",
-                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call", *requests])
+                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call", "cpu op", "your code",
+                             *requests])
     lo, hi = view.lo, view.hi
     labels = {1: [], 2: []}
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):
@@ -279,7 +281,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
                for s, e in highlights]
     note = _memory_note(data)
     titles = ("GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs, steps",
-              "CPU: CUDA runtime calls per thread",
+              "CPU per thread: CUDA runtime calls, the ops that ran (outermost), the innermost function of your code",
               "GPU memory (caching allocator)" + (f": {html.escape(note)}" if note else ""))
     layout = {
         "template": WHITE_TEMPLATE, "height": height, "font": FONT, "hovermode": "closest", "dragmode": "zoom",

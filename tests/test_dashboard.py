@@ -296,6 +296,32 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
 
 
 @needs_browser
+def test_cpu_context_lanes_show_the_op_and_code_that_ran_in_a_gap(page, base_url):
+    """The largest launch gap of item_sync: the report names the op whose launch ended it; zoomed in, the thread's
+    ops lane has that op across the gap, and the finding's detail lists what ran during its occurrences."""
+    expected = report_of("item_sync")
+    t0 = window_start_us(expected)
+    gap = next(g for g in expected["gaps"]["top"] if g["cause"] == "cpu_launch" and g["op"])
+    s, e = (gap["ts_us"] - t0) / 1e3, (gap["ts_us"] + gap["dur_us"] - t0) / 1e3
+    open_run(page, base_url, "item_sync")
+    labels = page.evaluate(graph_js("gd._fullLayout.yaxis2.ticktext"))
+    assert any(lbl.endswith("· ops") for lbl in labels) and any(lbl.endswith("· your code") for lbl in labels)
+    page.evaluate(graph_js(f"Plotly.relayout(gd, {{'xaxis.range': [{s - 0.05}, {e + 0.05}]}})"))
+    page.wait_for_function(graph_js(
+        f"gd.layout.meta && Math.abs(gd.layout.meta.window_ms[0] - {s - 0.05}) < 1e-6"), timeout=20_000)
+    ops = page.evaluate(graph_js(
+        "gd._fullData.filter(t => t.meta && t.meta.kind === 'hover' && String(t.meta.lane).startsWith('ops'))"
+        ".map(t => [t.hovertemplate || '', Array.from(t.x), (t.text || [])])"))
+    named = [xs for template, xs, texts in ops if gap["op"] in template]
+    assert named, [t[0][:80] for t in ops]
+    row = page.locator("tr.finding-row").first
+    row.click()
+    page.wait_for_selector("ul.covering li", timeout=20_000)
+    assert "aten::" in page.locator("ul.covering").inner_text()
+    assert not page.errors
+
+
+@needs_browser
 def test_copy_as_markdown_copies_the_report_while_folded(browser, base_url):
     context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
     page = context.new_page()

@@ -19,6 +19,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from analyzer.codepaths import FrameKind
 from analyzer.report.figures import window_start_us
 from analyzer.units import fmt_bytes, fmt_pct, fmt_us
 from analyzer.views import apis
@@ -39,6 +40,8 @@ NAME_CHARS = 90
 DEVICE_STATES = ("busy", *(f"idle: {c}" for c in CAUSES))
 STREAM_STATES = ("kernel", "memcpy", "memset")
 CPU_STATES = ("launch call", "blocking sync call", "cudaMalloc/cudaFree", "other runtime call")
+OP_STATES = ("cpu op",)  # the outermost cpu_op (annotations skipped): what the thread ran
+CODE_STATES = ("your code",)  # the innermost frame of the user's code (generator expressions etc. in their function)
 REQUEST_STATES = ("waiting", "prefill to first token", "decoding")
 REQUEST_ROW_LANES = 16  # batch rows with a lane of their own; requests in higher rows share one
 STEP_STATES = ("step", "step ")  # alternate shades; the trailing space keeps the legend groups apart
@@ -120,6 +123,32 @@ def _covered_before(starts, ends, before, t):
     jj = np.clip(j, 0, None)
     partial = np.clip(t - starts[jj], 0, ends[jj] - starts[jj])
     return np.where(j >= 0, before[jj] + partial, 0.0)
+
+
+def _innermost(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nested intervals (one thread's frames) flattened: each stretch of time goes to the innermost interval
+    open then, so the result does not overlap. Returns (starts, ends, row of each piece)."""
+    order = np.lexsort((-ends, starts))
+    out_s, out_e, out_r = [], [], []
+    stack: list[tuple[int, int]] = []  # (end, row) of the open intervals, innermost last
+    cur = None
+
+    def close_until(t):
+        nonlocal cur
+        while stack and stack[-1][0] <= t:
+            end, row = stack.pop()
+            if end > cur:
+                out_s.append(cur), out_e.append(end), out_r.append(row)
+                cur = end
+
+    for s, e, r in zip(starts[order].tolist(), ends[order].tolist(), rows[order].tolist()):
+        close_until(s)
+        if stack and s > cur:
+            out_s.append(cur), out_e.append(s), out_r.append(stack[-1][1])
+        cur = s if not stack or s > cur else cur
+        stack.append((e, r))
+    close_until(float("inf"))
+    return (np.asarray(out_s, np.int64), np.asarray(out_e, np.int64), np.asarray(out_r, np.int64))
 
 
 def lane_view(lane: Lane, lo: float, hi: float, bins: int = BINS) -> LaneView:
@@ -284,7 +313,50 @@ class TimelineData:
             name = self.model.synthetic_ids.get(tid, str(tid))
             lanes.append(Lane(f"cpu{tid}", f"CPU thread {name}", "cpu", CPU_STATES, self._rel(rt.start_ns[rows]),
                               self._rel(rt.end_ns[rows]), state[rows], rows.astype(np.int64)))
+            lanes += self._context_lanes(tid, name)
         return lanes
+
+    def _context_lanes(self, tid, name: str) -> list[Lane]:
+        """What the thread was doing between runtime calls: its outermost cpu_ops, and the innermost frames of
+        the user's code (each such frame that holds no other of them, so the lane's intervals do not nest)."""
+        lanes = []
+        ops = self.model.ops
+        if len(ops):
+            outer = self.ctx.outermost_ops
+            rows = np.flatnonzero((ops.tid == tid) & (outer == np.arange(len(ops))))
+            if len(rows):
+                lanes.append(Lane(f"ops{tid}", f"CPU thread {name} · ops", "cpu_op", OP_STATES,
+                                  self._rel(ops.start_ns[rows]), self._rel(ops.end_ns[rows]),
+                                  np.zeros(len(rows), np.int64), rows.astype(np.int64)))
+        frames = self.model.frames
+        if len(frames):
+            index = self.ctx.frames
+            owners = np.flatnonzero((index.user_frame == np.arange(len(frames))) & (frames.tid == tid))
+            starts, ends, rows = _innermost(frames.start_ns[owners], frames.end_ns[owners], owners)
+            mine = index.kind[rows] != FrameKind.TOOL if len(rows) else np.zeros(0, bool)
+            if mine.any():
+                lanes.append(Lane(f"code{tid}", f"CPU thread {name} · your code", "code", CODE_STATES,
+                                  self._rel(starts[mine]), self._rel(ends[mine]),
+                                  np.zeros(int(mine.sum()), np.int64), rows[mine].astype(np.int64)))
+        return lanes
+
+    def covering(self, spans_us, limit: int = 6) -> dict[str, list[tuple[str, float]]]:
+        """The ops and user frames that ran on the CPU lanes' threads during the spans (trace µs), the longest
+        first: {"ops": [(name, µs)], "code": [(name, µs)]}."""
+        out = {}
+        for kind, key in (("cpu_op", "ops"), ("code", "code")):
+            table = self.model.ops if kind == "cpu_op" else self.model.frames
+            total: dict[str, float] = {}
+            for lane in (lane for lane in self.cpu_lanes if lane.kind == kind):
+                for s_us, e_us in spans_us:
+                    lo, hi = (s_us - self.t0_us) * 1e3, (e_us - self.t0_us) * 1e3
+                    rows = lane.visible(lo, hi)
+                    cover = np.minimum(lane.ends[rows], hi) - np.maximum(lane.starts[rows], lo)
+                    for r, c in zip(lane.ref[rows].tolist(), cover.tolist()):
+                        label = self.model.names[table.name[r]]
+                        total[label] = total.get(label, 0.0) + c / 1e3
+            out[key] = sorted(total.items(), key=lambda kv: -kv[1])[:limit]
+        return out
 
     def _memory(self) -> list[MemoryCurve]:
         """The [memory] events' curves, with each reserved drop moved to the end of the cudaFree (cuMemUnmap,
@@ -439,6 +511,13 @@ class TimelineData:
             if launch >= 0:
                 lines.append(f"launched from {esc(self.site(launch))}")
             return "<br>".join(lines)
+        if lane.kind == "cpu_op":
+            op = self.model.ops
+            frame = self.ctx.frames.user_frame_of(int(op.frame[ref])) if len(self.model.frames) else -1
+            return "<br>".join([f"<b>{esc(self.name(int(op.name[ref])))}</b> (cpu op)",
+                                f"in {esc(self.ctx.frames.name(frame))}" if frame >= 0 else "no Python frame"])
+        if lane.kind == "code":
+            return f"<b>{esc(self.name(int(self.model.frames.name[ref])))}</b> (your code)"
         if lane.kind == "cpu":
             op = self.op(ref)
             return "<br>".join([f"<b>{esc(self.name(int(self.model.runtime.name[ref])))}</b>",

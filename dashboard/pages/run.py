@@ -130,7 +130,7 @@ def _state_from_query(report: dict, data: TimelineData, query: dict, run_id: str
             if n is not None and not 1 <= n <= len(occ):
                 problems.append(f"finding {fid!r} has no occurrence {query.get('occ')!r} ({len(occ)} shown)")
                 n = None
-            state.update(detail=_detail(f, index, run_id), selection={"finding": fid, "occ": n})
+            state.update(detail=_detail(f, index, run_id, data), selection={"finding": fid, "occ": n})
             if occ:
                 zoom = _zoom(_window_ns(data, [occ[n - 1] if n else _largest(occ)], 0.0 if n else 0.05), occ, data)
                 state.update(window_ns=zoom["window_ns"], highlights_ns=zoom["highlights_ns"])
@@ -195,7 +195,7 @@ def _where_cell(f: dict) -> html.Td:
     return html.Td(parts or "–", className="call-site")
 
 
-def _detail(f: dict, index: int, run_id: str | None = None) -> list:
+def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData | None = None) -> list:
     detail = f.get("detail") or {}
     out = [html.H3(f["title"]),
            html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
@@ -216,6 +216,13 @@ def _detail(f: dict, index: int, run_id: str | None = None) -> list:
                 html.Pre("\n".join(map(str, detail["stack"])), className="alloc-stack")]
     out += [html.H4("Advice"), html.P(f.get("advice") or "–", className="advice")]
     occ = f.get("occurrences_us") or []
+    if occ and data is not None:
+        covered = data.covering(occ)
+        rows = [html.Li([html.Code(name), f" {fmt_us(us)}", html.Span(f" ({what})", className="muted")])
+                for what in ("ops", "code") for name, us in covered[what]]
+        if rows:
+            out += [html.H4("On the CPU during its occurrences (the threads shown on the timeline)"),
+                    html.Ul(rows, className="covering")]
     if occ:
         out += [html.H4(f"Occurrences ({len(occ)} shown; all shaded on the timeline)"), html.Div([
             html.Span([html.Button(f"#{k + 1} {fmt_us(e - s)}", id={"type": OCCURRENCE, "finding": index, "index": k},
@@ -288,7 +295,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         f = report["findings"][index]
         occ = f.get("occurrences_us") or []
         zoom = _zoom(_window_ns(data, [_largest(occ)]), occ, data) if occ else dash.no_update
-        return zoom, _detail(f, index, run_id), {"finding": f.get("id"), "occ": None}
+        return zoom, _detail(f, index, run_id, data), {"finding": f.get("id"), "occ": None}
 
     @app.callback(Output("zoom", "data", allow_duplicate=True), Output("selection", "data", allow_duplicate=True),
                   Input({"type": OCCURRENCE, "finding": ALL, "index": ALL}, "n_clicks"), State("run-id", "data"),
