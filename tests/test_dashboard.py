@@ -329,8 +329,12 @@ def test_copy_as_markdown_copies_the_report_while_folded(browser, base_url):
         open_run(page, base_url, "item_sync")
         assert page.locator(".markdown-block details").get_attribute("open") is None  # folded
         page.locator("#report-md-copy").click()
-        page.wait_for_function("async () => (await navigator.clipboard.readText()).length > 1000", timeout=20_000)
-        copied = page.evaluate("async () => await navigator.clipboard.readText()")
+        copied = ""
+        for _ in range(100):  # the copy happens after the click returns (wait_for_function does not await)
+            copied = page.evaluate("async () => await navigator.clipboard.readText()")
+            if copied:
+                break
+            page.wait_for_timeout(200)
         assert copied.startswith("<!-- gpu-idle-analyzer report -->") and ".item()" in copied
     finally:
         context.close()
