@@ -168,20 +168,19 @@ def test_diff_against_a_cpu_run_calls_its_gpu_memory_peak_unknown_not_zero(tiny_
 
 
 def test_diff_verdict_weighs_step_time_against_the_runs_own_session_noise(tiny_run, tmp_path, cli):
-    """The same run against itself: no change, within noise. Against host_work (a Python loop added to every
-    step, several times the tiny step): worse, beyond the noise band, with the new host-work finding named."""
+    """The same run against itself: no change, within noise. Against the same workload with 8x the layers (8x
+    the ops launched per step, far beyond any CPU's noise): worse, beyond the noise."""
     from analyzer import api
     run, _ = tiny_run
     same = api.compare("a", api.analyze(api.load(run)).report, "b", api.analyze(api.load(run)).report)["verdict"]
     assert same["outcome"] == "unchanged" and "within the noise" in same["headline"]
     out = tmp_path / "slow"
-    result = cli("capture", "workloads/host_work.yaml", "--out", str(out), "--set", "model.preset=tiny",
-                 "--set", "device=auto", "--set", "batch_size=2", "--set", "prompt_length=16",
-                 "--set", "decode_steps=8", "--set", "profiler.active=3")
+    result = cli("capture", "workloads/tiny.yaml", "--out", str(out), "--set", "model.layers=16",
+                 "--set", "profiler.active=3")
     assert result.returncode == 0, result.stderr
     slow = api.analyze(api.load(only_run(out))).report
     fast = api.analyze(api.load(run)).report
-    d = api.compare("tiny", fast, "host_work", slow)
+    d = api.compare("tiny", fast, "tiny-16-layers", slow)
     step = d["verdict"]["step"]
     assert step["measure"] == "unprofiled step" and step["session_spread"] is not None
     assert step["ratio"] > 1 + step["session_spread"] and step["interval"][0] > 1
