@@ -50,6 +50,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
             return diff.layout(store, query.get("before"), query.get("after"))
         return error_card(f"{path}: no such page", back=True)
 
+    runlist.register(app, store)
     run.register(app, store)
     diff.register(app, store)
     downloads.register(app.server, store)

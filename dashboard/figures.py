@@ -313,6 +313,13 @@ def step_groups(n_steps: int) -> list[tuple[int, int]]:
 def steps_figure(report: dict) -> go.Figure:
     """Stacked bars of busy and idle by cause per step (mean per step over a group when there are many)."""
     steps = (report.get("gaps") or {}).get("per_step") or []
+    if not steps:
+        fig = go.Figure()
+        fig.add_annotation(text="no steps in this trace (no ProfilerStep#N or other <label>#N annotations): nothing "
+                                "to show per step", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(template="plotly_white", height=120, font=FONT, xaxis_visible=False, yaxis_visible=False,
+                          margin={"l": 20, "r": 20, "t": 20, "b": 20})
+        return fig
     groups = step_groups(len(steps))
     names = [steps[a]["step"] if a == b else f"{steps[a]['step']} … {steps[b]['step']}" for a, b in groups]
 

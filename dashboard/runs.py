@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 import threading
 import time
 import zlib
@@ -107,6 +108,31 @@ def format_created(created_utc: str | None) -> str | None:
     except ValueError:
         return str(created_utc)
     return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+_DEVICE_NAME = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"]{1,120})"')
+HEAD_BYTES = 1 << 18
+
+
+def trace_device(path: Path) -> str | None:
+    """The first GPU's name from the trace's deviceProperties (kineto writes them before the events), read from
+    the file's first 256 KiB (decompressed) only: the run list's fallback for a run without meta.json."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(HEAD_BYTES)
+        head = zlib.decompressobj(wbits=31).decompress(raw, HEAD_BYTES) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, zlib.error):
+        return None
+    m = _DEVICE_NAME.search(head)
+    return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def file_time(path: Path) -> str | None:
+    try:
+        t = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    except OSError:
+        return None
+    return t.strftime("%Y-%m-%d %H:%M UTC") + " (file)"
 
 
 def probe_trace(path: Path) -> bool:
@@ -223,8 +249,9 @@ class RunStore:
         workload = workload or (meta.get("workload", "name") or meta.get("workload", "script") if meta else None)
         model = meta.get("model", "preset") or meta.get("model", "checkpoint") if meta else None
         device = meta.get("environment", "gpu_name") or meta.get("environment", "device") if meta else None
-        base = dict(run=run, workload=workload or run.trace.name, model=model, device=device,
-                    created=format_created(meta.get("created_utc") if meta else None))
+        base = dict(run=run, workload=workload or run.trace.name, model=model,
+                    device=device or (trace_device(run.trace) if not meta else None),
+                    created=format_created(meta.get("created_utc")) if meta else file_time(run.trace))
         if meta_error:
             return RunRow(**base, status="error", error=meta_error)
         error = self.known_error(run)

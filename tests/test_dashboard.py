@@ -296,6 +296,34 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
 
 
 @needs_browser
+def test_run_list_filters_sorts_and_compares_two_ticked_runs(page, base_url):
+    page.goto(base_url + "/")
+    page.wait_for_selector("table.runs")
+    page.locator("#runs-filter").fill("alloc")
+    page.locator("#runs-filter").press("Enter")
+    page.wait_for_function("() => document.querySelectorAll('tr.run-row').length === 2", timeout=20_000)
+    assert sorted(page.locator("tr.run-row").evaluate_all("rs => rs.map(r => r.dataset.run)")) == [
+        "alloc_churn", "alloc_records"]
+    page.locator("#runs-filter").fill("")
+    page.locator("#runs-filter").press("Enter")
+    page.locator("#runs-sort").click()
+    page.get_by_role("option", name="lowest GPU utilization first").click()
+    page.wait_for_function("() => document.querySelectorAll('tr.run-row').length === 5", timeout=20_000)
+    shown = page.locator("tr.run-row").evaluate_all("rs => rs.map(r => [r.dataset.status, r.cells[6].innerText])")
+    analyzed = [float(u.rstrip("%")) for status, u in shown if status == "analyzed"]
+    assert analyzed == sorted(analyzed) and all(st != "analyzed" for st, _ in shown[len(analyzed):])
+    page.locator("tr.run-row[data-run=item_sync] .pick input").check()
+    page.locator("tr.run-row[data-run=decode] .pick input").check()
+    link = page.locator("#compare-picked")
+    link.wait_for(timeout=20_000)
+    older, newer = sorted(("item_sync", "decode"), key=report_of_meta)  # by meta.json's created_utc
+    assert link.get_attribute("href") == f"/diff?before={older}&after={newer}"
+    link.click()
+    page.wait_for_selector("p.verdict", timeout=60_000)
+    assert not page.errors
+
+
+@needs_browser
 def test_cpu_context_lanes_show_the_op_and_code_that_ran_in_a_gap(page, base_url):
     """The largest launch gap of item_sync: the report names the op whose launch ended it; zoomed in, the thread's
     ops lane has that op across the gap, and the finding's detail lists what ran during its occurrences."""

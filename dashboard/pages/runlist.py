@@ -1,20 +1,29 @@
-"""`/`: the runs under DIR, newest first: workload, model, device, date, GPU utilization and top finding."""
+"""`/`: the runs under DIR: workload, model, device, date, GPU utilization and top finding; filtered by text,
+sorted by any of those, and any two ticked runs compared."""
 from __future__ import annotations
 
-from dash import dcc, html
+from urllib.parse import urlencode
+
+import dash
+from dash import ALL, Input, Output, State, dcc, html
 
 from analyzer.units import fmt_pct
 from dashboard.pages.common import error_card, run_href, severity_badge
 from dashboard.runs import RunRow, RunStore
 
-HEADERS = ("run", "workload", "model", "device", "captured", "GPU utilization", "top finding")
+HEADERS = ("", "run", "workload", "model", "device", "captured", "GPU utilization", "top finding")
+PICK = "pick-run"
+SORTS = {"newest": "newest first", "oldest": "oldest first", "util-low": "lowest GPU utilization first",
+         "util-high": "highest GPU utilization first", "workload": "workload, A to Z"}
 
 
 def _row(r: RunRow) -> html.Tr:
+    pick = html.Td(dcc.Checklist(id={"type": PICK, "run": r.run.run_id}, options=[{"label": "", "value": "on"}],
+                                 value=[], className="pick"), title="tick two runs to compare them")
     run_cell = html.Td(dcc.Link(r.run.run_id, href=run_href(r.run.run_id)), className="run-id")
     facts = [html.Td(r.workload), html.Td(r.model or "–"), html.Td(r.device or "–"), html.Td(r.created or "–")]
     if r.status == "error":
-        return html.Tr([run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=2)],
+        return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=2)],
                        className="run-row error", **{"data-run": r.run.run_id, "data-status": r.status})
     if r.status == "not analyzed":
         util = html.Td(html.Span("not analyzed", className="muted", title="analyzed when you open it"))
@@ -22,8 +31,36 @@ def _row(r: RunRow) -> html.Tr:
     else:
         util = html.Td(fmt_pct(r.utilization), className="num")
         top = html.Td([severity_badge(r.top_severity), " ", r.top_finding] if r.top_finding else "no findings")
-    return html.Tr([run_cell, *facts, util, top], className="run-row",
+    return html.Tr([pick, run_cell, *facts, util, top], className="run-row",
                    **{"data-run": r.run.run_id, "data-status": r.status})
+
+
+def _text(r: RunRow) -> str:
+    return " ".join(str(x) for x in (r.run.run_id, r.workload, r.model, r.device, r.created, r.top_finding,
+                                     r.error) if x).lower()
+
+
+def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[RunRow]:
+    """The rows whose text holds every word of the query, in the chosen order (the store's order is newest
+    first; runs with no utilization sort last)."""
+    words = (query or "").lower().split()
+    rows = [r for r in rows if all(w in _text(r) for w in words)]
+    if sort == "oldest":
+        return rows[::-1]
+    if sort in ("util-low", "util-high"):
+        known = [r for r in rows if r.utilization is not None]
+        known.sort(key=lambda r: r.utilization, reverse=sort == "util-high")
+        return known + [r for r in rows if r.utilization is None]
+    if sort == "workload":
+        return sorted(rows, key=lambda r: (r.workload or "").lower())
+    return rows
+
+
+def _table(rows: list[RunRow]) -> html.Table | html.P:
+    if not rows:
+        return html.P("No run matches.", className="empty")
+    return html.Table([html.Thead(html.Tr([html.Th(h) for h in HEADERS])), html.Tbody([_row(r) for r in rows])],
+                      className="runs")
 
 
 def layout(store: RunStore) -> html.Div:
@@ -32,12 +69,37 @@ def layout(store: RunStore) -> html.Div:
         body = html.P(["No run folders (folders holding a *.json or *.json.gz trace) one or two levels under ",
                        html.Code(str(store.root)), ". Capture one with ",
                        html.Code("python -m analyzer capture workloads/decode.yaml"), "."], className="empty")
+        tools = None
     else:
-        body = html.Table([html.Thead(html.Tr([html.Th(h) for h in HEADERS])),
-                           html.Tbody([_row(r) for r in rows])], className="runs")
+        body = html.Div(_table(rows), id="runs-table")
+        tools = html.Div([
+            dcc.Input(id="runs-filter", type="search", placeholder="filter: workload, model, GPU, finding…",
+                      debounce=True, className="runs-filter"),
+            dcc.Dropdown(id="runs-sort", options=[{"label": v, "value": k} for k, v in SORTS.items()],
+                         value="newest", clearable=False, className="runs-sort"),
+            html.Span(id="runs-compare", className="runs-compare hint"),
+        ], className="runs-tools")
     return html.Div([
         html.H1(f"Runs ({len(rows)})"),
-        html.P(["Newest first. Open a run for its findings, timeline and memory; ",
-                dcc.Link("compare two runs", href="/diff"), " to see what a fix changed."], className="hint"),
-        body,
+        html.P(["Open a run for its findings, timeline and memory; tick two runs, or ",
+                dcc.Link("compare two runs", href="/diff"), ", to see what a fix changed."], className="hint"),
+        tools, body,
     ], className="page-runs")
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(Output("runs-table", "children"), Input("runs-filter", "value"), Input("runs-sort", "value"),
+                  prevent_initial_call=True)
+    def refilter(query, sort):
+        return _table(shown_rows(store.rows(), query, sort))
+
+    @app.callback(Output("runs-compare", "children"), Input({"type": PICK, "run": ALL}, "value"),
+                  State({"type": PICK, "run": ALL}, "id"), prevent_initial_call=True)
+    def compare_link(values, ids):
+        picked = [i["run"] for i, v in zip(ids, values) if v]
+        if len(picked) != 2:
+            return f"{len(picked)} ticked: tick two runs to compare them" if picked else ""
+        newest_first = [r.run.run_id for r in store.rows()]
+        after, before = sorted(picked, key=newest_first.index)  # the older one is "before"
+        return dcc.Link(f"compare {before} → {after}", href="/diff?" + urlencode({"before": before, "after": after}),
+                        className="button", id="compare-picked")
