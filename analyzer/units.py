@@ -57,3 +57,8 @@ def fmt_fine_us(value_us: float) -> str:
 
 def fmt_factor(factor) -> str:
     return "–" if factor is None else f"{factor}×"
+
+
+def plural(count, noun: str, many: str | None = None) -> str:
+    """'1 gap', '3 gaps' (`many` for irregular plurals)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"

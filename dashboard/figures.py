@@ -29,11 +29,14 @@ MEMORY_POINT = "memory"  # customdata of the memory lane's hover points: a click
 HOVER_BINS = 200  # binned lanes: one hover point per group of bins
 MAX_STEP_BARS = 200
 MAX_NAMED_STEP_BARS = 24
+BAR_NAME_SHARE = 0.06  # a step bar at least this share of the window wide shows its name
 HOVER_GROUPS = 24  # exact lanes: distinct hover texts that get a trace of their own
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 TIME_TITLE = "time since GPU window start (ms)"
 WHITE_TEMPLATE = {"layout": pio.templates["plotly_white"].layout.to_plotly_json()}
 GRAPH_CONFIG = {"displaylogo": False, "scrollZoom": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+# the timeline zooms with the wheel too: plotly rescales what it has at once, the server refines the new window
+TIMELINE_CONFIG = {**GRAPH_CONFIG, "scrollZoom": True}
 
 
 def _ms(ns) -> np.ndarray:
@@ -113,6 +116,22 @@ def _lane_hover(traces: list, data: TimelineData, lv: LaneView, y: float, row: i
         traces.append(_scatter(row, x=mids[pos], y=np.full(len(pos), y, np.float32), customdata=dur_us[pos],
                                text=[data.hover_key(lane, int(rows[p])) for p in pos],
                                hovertemplate="%{text}" + tail, **common))
+
+
+def _bar_names(traces: list, data: TimelineData, lv: LaneView, y: float, lo: float, hi: float) -> None:
+    """Step names on the steps lane's bars that are wide enough to hold them (a share of the window)."""
+    lane = lv.lane
+    if lane.kind != "steps" or lv.rows is None or not len(lv.rows):
+        return
+    rows = lv.rows
+    s, e = np.maximum(lane.starts[rows], lo), np.minimum(lane.ends[rows], hi)
+    wide = (e - s) >= BAR_NAME_SHARE * (hi - lo)
+    if not wide.any():
+        return
+    names = [data.steps[int(lane.ref[r])]["step"] for r in rows[wide]]
+    traces.append(_scatter(1, x=_ms((s[wide] + e[wide]) / 2), y=np.full(int(wide.sum()), y, np.float32),
+                           mode="text", text=names, textfont={"size": 11, "color": "#333"}, hoverinfo="skip",
+                           showlegend=False, meta={"kind": "step_names"}))
 
 
 def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
@@ -265,6 +284,9 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
         for i, lv in enumerate(lanes):                  # to the trace just before it
             if lv is not None:
                 _lane_hover(traces, data, lv, len(lanes) - 1 - i, row, lo, hi)
+    for i, lv in enumerate(gpu_rows):
+        if lv is not None:
+            _bar_names(traces, data, lv, len(gpu_rows) - 1 - i, lo, hi)
     _sync_markers(traces, data, view, len(gpu_rows) - 2)
     unit = _memory(traces, data, view, 3, highlights)
     # the whole trace's extent, so that plotly's double-click autorange asks for all of it

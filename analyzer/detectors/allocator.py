@@ -178,7 +178,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
         top = next((s for s in data["sites"] if s["cuda_malloc"] + s["cuda_free"] > s["warmup_calls"]),
                    data["sites"][0] if data["sites"] else None)
         in_steps = len({int(k) for k in steps.index_at(rt.start_ns[steady]).tolist() if k >= 0}) if len(steps) else 0
-        where = f" in {in_steps} of {len(steps)} steps" if len(steps) else ""
+        where = f" in {in_steps} of {len(steps)} steps" if len(steps) > 1 else ""
         warm = f", after {data['warmup_calls']} first allocations" if data["warmup_calls"] else ""
         conf = ctx.traits.alloc_conf
         if releases:

@@ -238,7 +238,7 @@ def snapshot_findings(ctx: AnalysisContext, section: dict, parent: Finding | Non
                 occurrences_us=tuple((o[0], o[1]) for o in s["occurrences"] if o[0] is not None)))
     peak, frag = section["peak"], section["fragmentation"]
     if peak and peak["reserved_bytes"] and section["history_consistent"]:
-        cached, share = peak["cached_bytes"], peak["cached_bytes"] / peak["reserved_bytes"]
+        share = peak["cached_bytes"] / peak["reserved_bytes"]
         varying = sorted((s for s in section["sites"] if s["request_sizes"] >= VARYING_SIZES and s["segment_allocs"]),
                          key=lambda s: -s["bytes_reserved"])
         grew = sum(s["segment_allocs"] for s in section["sites"])

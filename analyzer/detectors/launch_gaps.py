@@ -11,7 +11,7 @@ from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
 from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
-from analyzer.units import fmt_fine_us, fmt_us
+from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.trace.joins import Intervals, thread_keys
 from analyzer.trace.snapshot import ACTIONS
@@ -394,7 +394,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
     parent = Finding(
         kind="launch_gap", severity=severity_for(impact, window_us),
         title=f"GPU idle {share_text(impact, window_us)} of the window waiting for the CPU to launch work "
-              f"({gaps} gaps under {long_gap_us / 1e3:g} ms)",
+              f"({plural(gaps, 'gap')} under {long_gap_us / 1e3:g} ms)",
         call_site=top["call_site"], library_site=top["library_site"], impact_us=impact,
         advice=_launch_advice(ctx, graph, per_step, impact / window_us if window_us else 0.0,
                               compiled=_compiled_share(ctx, rows) >= 0.5), count=gaps,
@@ -455,7 +455,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
                f"still behind the CPU when recording started)." if before_us else "")
     return [Finding(
         kind="queued", severity=severity_for(impact, window_us),
-        title=f"GPU idle between work that was already queued ({n} gaps, mean {fmt_fine_us(impact / n)})",
+        title=f"GPU idle between work that was already queued ({plural(n, 'gap')}, mean {fmt_fine_us(impact / n)})",
         call_site=None, impact_us=impact, count=n, id="queued",
         advice="Nothing on the CPU delayed these: the next work had been launched before the GPU ran dry. They are "
                "the device's own latency between back-to-back kernels" + (" (here mostly between a replayed graph's "

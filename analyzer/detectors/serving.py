@@ -7,7 +7,7 @@ import numpy as np
 
 from analyzer.views import waits
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
-from analyzer.units import us
+from analyzer.units import plural, us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import EVENT_LOOP_IDLE, THREAD_HOP
 
@@ -155,7 +155,7 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
         site, occurrences = _top_site(loop)
         out.append(Finding(
             kind="event_loop_idle", severity=severity_for(loop["idle_us"], window_us),
-            title=f"GPU idle while the event loop was parked ({loop['count']} gaps)"
+            title=f"GPU idle while the event loop was parked ({plural(loop['count'], 'gap')})"
                   + (f", last code before it: {site}" if site else ""),
             call_site=site, impact_us=loop["idle_us"], count=loop["count"], id="event_loop_idle",
             advice="The thread that launches GPU work sat in the event loop's selector (an `await asyncio.sleep(...)` "

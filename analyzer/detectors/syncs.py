@@ -216,7 +216,8 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         if s["kind"] == "profiler":
             continue
         per_step = [v for name, v in s["per_step"].items() if name != "(outside steps)"]
-        every = f", {max(per_step)}x per {ctx.traits.step_word} in {len(per_step)} of {len(steps)} steps" \
+        every = (f", {max(per_step)}x per {ctx.traits.step_word}"
+                 + (f" in {len(per_step)} of {len(steps)} steps" if len(steps) > 1 else "")) \
             if per_step and len(steps) else ""
         findings.append(Finding(
             kind="sync", severity=severity_for(s["drain_us"], window_us),

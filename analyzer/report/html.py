@@ -9,7 +9,7 @@ from analyzer.report.figures import _x, figure_dicts, window_start_us
 from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
 from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
 from analyzer.report.plotly_json import plotly_js, plotly_json
-from analyzer.units import fmt_bytes, fmt_factor, fmt_ms, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_factor, fmt_ms, fmt_pct, fmt_us, plural
 from analyzer.views.idle import CAUSES
 
 TIMELINE_HINT = ("<p class=hint>Drag to zoom (both panels share the time axis), double-click to reset; hover an "
@@ -123,7 +123,7 @@ def _cause_legend(report: dict) -> str:
     gaps = report.get("gaps") or {}
     by, count = gaps.get("by_cause") or {}, gaps.get("count_by_cause") or {}
     chips = [f"<span class=chip style='--c:{CAUSE_COLORS.get(c, '#999')}'>idle: {html.escape(c)} "
-             f"<b>{fmt_ms(by.get(c))} ms</b> ({_esc(count.get(c, 0))} gaps)</span>" for c in CAUSES if by.get(c)]
+             f"<b>{fmt_ms(by.get(c))} ms</b> ({plural(count.get(c, 0), 'gap')})</span>" for c in CAUSES if by.get(c)]
     return "<p class=chips>" + "".join(chips) + "</p>" if chips else ""
 
 

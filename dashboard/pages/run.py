@@ -12,8 +12,9 @@ from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
 from analyzer.api import TimelineData, numbered
-from analyzer.units import fmt_pct, fmt_us
-from dashboard.figures import GRAPH_CONFIG, MEMORY_POINT, segments_figure, steps_figure, timeline_figure
+from analyzer.units import fmt_pct, fmt_us, plural
+from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
+                               timeline_figure)
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block, run_href,
                                     severity_badge)
 from dashboard.runs import RunStore, format_created
@@ -22,7 +23,8 @@ FINDING = "finding"
 OCCURRENCE = "occurrence"
 MIN_PAD_US = 20.0
 MAX_OCCURRENCE_BUTTONS = 16
-TIMELINE_HINT = ("Drag across any panel to zoom all of them (the server recomputes what the new window shows); "
+TIMELINE_HINT = ("Drag across any panel, or turn the wheel over it, to zoom all of them (the server recomputes "
+                 "what the new window shows); "
                  "double-click to see the whole trace; hover for kernel, op, call site and duration.")
 
 
@@ -68,7 +70,7 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
         html.P(TIMELINE_HINT, className="hint"),
         dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to memory_reserved in the window (else from 0)",
                                                  "value": "fit"}], value=[], className="memory-fit"),
-        dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=GRAPH_CONFIG, style={"width": "100%"}),
+        dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG, style={"width": "100%"}),
                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
         dcc.Graph(id="segments-graph", figure=segments_figure(data.allocator_segments()), config=GRAPH_CONFIG),
         dcc.Graph(id="steps-graph", figure=steps_figure(report), config=GRAPH_CONFIG),
@@ -99,7 +101,7 @@ def _header(report: dict, run_id: str) -> html.Header:
         html.P([html.Code(run_id), *([" · ", " · ".join(facts)] if facts else [])], className="run-facts"),
         html.P(["GPU utilization ", html.B(fmt_pct(s.get("gpu_utilization"))),
                 f" · busy {fmt_us(s.get('gpu_busy_us'))} · idle {fmt_us(s.get('gpu_idle_us'))} of a "
-                f"{fmt_us(s.get('window_us'))} window · {s.get('steps', 0)} steps"], className="summary"),
+                f"{fmt_us(s.get('window_us'))} window · {plural(s.get('steps', 0), 'step')}"], className="summary"),
         html.P(["Step time: ", *step], className="summary"),
         html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items() if v], className="chips"),
         html.P(s["note"], className="note") if s.get("note") else None,
@@ -209,7 +211,7 @@ def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData |
                                                       for s in detail["source_lines"]))]
     if detail.get("top_sites"):
         out += [html.H4("Top call sites"), html.Ul([
-            html.Li([html.Code(s["call_site"]), f": {fmt_us(s.get('idle_us'))} in {s.get('count')} gaps"])
+            html.Li([html.Code(s["call_site"]), f": {fmt_us(s.get('idle_us'))} in {plural(s.get('count'), 'gap')}"])
             for s in detail["top_sites"]])]
     if detail.get("stack"):
         out += [html.H4("Allocating stack (the allocator's own records, innermost first)"),
