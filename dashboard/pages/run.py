@@ -72,7 +72,7 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
                                                  "value": "fit"}], value=[], className="memory-fit"),
         dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG, style={"width": "100%"}),
                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
-        dcc.Graph(id="segments-graph", figure=segments_figure(data.allocator_segments()), config=GRAPH_CONFIG),
+        _segments_block(data),
         dcc.Graph(id="steps-graph", figure=steps_figure(report), config=GRAPH_CONFIG),
         markdown_block(markdown, "report-md", "the report"),
     ], className="page-run")
@@ -112,6 +112,16 @@ def _header(report: dict, run_id: str) -> html.Header:
                   html.A("raw trace", href=download_href(run_id, "trace"), className="button", download="")],
                  className="downloads"),
     ])
+
+
+def _segments_block(data: TimelineData) -> html.Div:
+    """The segment view, only for a run with the allocator's records (a figure that would say "none" costs the
+    page a plotly graph to draw)."""
+    state = data.allocator_segments()
+    if state is None:
+        return html.P("Allocator segments: no snapshot with history for this run (capture with "
+                      "memory_history.enabled, or analyze --memory-snapshot).", className="hint")
+    return dcc.Graph(id="segments-graph", figure=segments_figure(state), config=GRAPH_CONFIG)
 
 
 def _state_from_query(report: dict, data: TimelineData, query: dict, run_id: str) -> dict:
