@@ -161,10 +161,10 @@ def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
         meta={"kind": "hover", "lane": lane.key}))
 
 
-def _legend_entries(traces: list, states: list[str]) -> None:
+def _legend_entries(traces: list, states: list[str], legend: str = "legend") -> None:
     """Fixed legend (the data traces come and go with the zoom); clicking an entry toggles its state."""
     for state in states:
-        traces.append(_scatter(1, x=[None], y=[None], mode="markers", name=state, legendgroup=state,
+        traces.append(_scatter(1, x=[None], y=[None], mode="markers", name=state, legendgroup=state, legend=legend,
                                marker={"symbol": "square", "size": 14, "color": STATE_COLORS[state]},
                                showlegend=True, hoverinfo="skip"))
 
@@ -276,9 +276,10 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
         top -= (h + gap_px) / plot_px
     traces: list[dict] = []
     requests = list(REQUEST_STATES) if data.requests else []
-    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", "launch call",
-                             "blocking sync call", "cudaMalloc/cudaFree", "other runtime call", "cpu op", "your code",
-                             *requests])
+    # one legend per panel: the GPU's states at the top, the CPU's above the CPU panel, memory's above memory
+    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", *requests])
+    _legend_entries(traces, ["launch call", "blocking sync call", "cudaMalloc/cudaFree", "other runtime call",
+                             "cpu op", "your code"], legend="legend3")
     lo, hi = view.lo, view.hi
     labels = {1: [], 2: []}
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):
@@ -309,7 +310,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
                for s, e in highlights]
     note = _memory_note(data)
     titles = ("GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs, steps",
-              "CPU per thread: CUDA runtime calls, the ops that ran (outermost), the innermost function of your code",
+              "CPU per thread",
               "GPU memory (caching allocator)" + (f": {html.escape(note)}" if note else ""))
     layout = {
         "template": WHITE_TEMPLATE, "height": height, "font": FONT, "hovermode": "closest", "dragmode": "zoom",
@@ -326,6 +327,8 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
         "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1 - 30 / height, "yanchor": "top",
                    "yref": "container", "groupclick": "togglegroup"},  # below the modebar
         "legend2": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[2][1] + 4 / plot_px,
+                    "yanchor": "bottom"},
+        "legend3": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[1][1] + 4 / plot_px,
                     "yanchor": "bottom"},
         "meta": {"t0_us": data.t0_us, "window_ms": xrange},
     }

@@ -332,6 +332,9 @@ def test_cpu_context_lanes_show_the_op_and_code_that_ran_in_a_gap(page, base_url
     gap = next(g for g in expected["gaps"]["top"] if g["cause"] == "cpu_launch" and g["op"])
     s, e = (gap["ts_us"] - t0) / 1e3, (gap["ts_us"] + gap["dur_us"] - t0) / 1e3
     open_run(page, base_url, "item_sync")
+    legends = page.evaluate(graph_js("Object.fromEntries(gd._fullData.filter(t => t.showlegend && t.name)"
+                                     ".map(t => [t.name, t.legend || 'legend']))"))
+    assert legends["launch call"] == legends["cpu op"] == "legend3" and legends["busy"] == "legend"  # per panel
     labels = page.evaluate(graph_js("gd._fullLayout.yaxis2.ticktext"))
     assert any(lbl.endswith("· ops") for lbl in labels) and any(lbl.endswith("· your code") for lbl in labels)
     page.evaluate(graph_js(f"Plotly.relayout(gd, {{'xaxis.range': [{s - 0.05}, {e + 0.05}]}})"))
