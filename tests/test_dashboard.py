@@ -353,6 +353,23 @@ def test_cpu_context_lanes_show_the_op_and_code_that_ran_in_a_gap(page, base_url
 
 
 @needs_browser
+def test_keyboard_zooms_and_pans_the_timeline(page, base_url):
+    open_run(page, base_url, "decode")
+    lo, hi = page.evaluate(graph_js("gd.layout.xaxis.range.slice()"))
+    page.locator("h2", has_text="Timeline").click()  # focus on the page, not an input
+    page.keyboard.press("+")
+    page.wait_for_function(graph_js(f"gd.layout.meta && Math.abs((gd.layout.meta.window_ms[1] - "
+                                    f"gd.layout.meta.window_ms[0]) - {(hi - lo) / 2}) < 1e-6"), timeout=20_000)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(graph_js(f"Math.abs(gd.layout.meta.window_ms[0] - {lo + (hi - lo) / 4 + (hi - lo) / 8})"
+                                    " < 1e-6"), timeout=20_000)
+    page.keyboard.press("0")
+    page.wait_for_function(graph_js(f"gd.layout.meta.window_ms[1] - gd.layout.meta.window_ms[0] >= {hi - lo} - 1e-6"),
+                           timeout=20_000)
+    assert not page.errors
+
+
+@needs_browser
 def test_copy_as_markdown_copies_the_report_while_folded(browser, base_url):
     context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
     page = context.new_page()

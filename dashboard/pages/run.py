@@ -24,7 +24,7 @@ OCCURRENCE = "occurrence"
 MIN_PAD_US = 20.0
 MAX_OCCURRENCE_BUTTONS = 16
 TIMELINE_HINT = ("Drag across any panel, or turn the wheel over it, to zoom all of them (the server recomputes "
-                 "what the new window shows); "
+                 "what the new window shows); keys: + and - zoom, ← and → pan, 0 shows it all; "
                  "double-click to see the whole trace; hover for kernel, op, call site and duration.")
 
 
