@@ -6,6 +6,7 @@ never built from what a client sent. Folders or files whose real path leaves DIR
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import json
@@ -52,7 +53,7 @@ class RunRow:
     model: str | None
     device: str | None
     created: str | None  # "2026-12-02 14:52 UTC"
-    status: str  # analyzed | not analyzed | error
+    status: str  # analyzed | not analyzed | queued | analyzing | error
     utilization: float | None = None
     top_finding: str | None = None
     top_severity: str | None = None
@@ -191,6 +192,36 @@ class RunStore:
         self._discovery: list[Run] = []
         self._discovered_at = -1e9
         self.timelines = SizedLru(timeline_cache_bytes, TimelineData.nbytes)
+        # runs the run list asked to have analyzed, one at a time, behind whatever a page asks for
+        self._background = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="analyze")
+        self._queued: dict[str, str] = {}  # run id -> "queued" | "analyzing"
+
+    def analyze_in_background(self, runs: list[Run]) -> None:
+        """Queue the runs with no report yet; RunRow.status says "queued" / "analyzing" until each is done."""
+        for run in runs:
+            with self._lock:
+                if run.run_id in self._queued:
+                    continue
+            if self._cached_summary(run) is not None or self.known_error(run):
+                continue
+            with self._lock:
+                self._queued[run.run_id] = "queued"
+            self._background.submit(self._analyze_queued, run)
+
+    def _analyze_queued(self, run: Run) -> None:
+        with self._lock:
+            self._queued[run.run_id] = "analyzing"
+        try:
+            self.report(run)
+        except UsageError:
+            pass  # recorded in _errors: the row shows it
+        finally:
+            with self._lock:
+                self._queued.pop(run.run_id, None)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queued)
 
     # ------------------------------------------------------------ discovery
 
@@ -259,7 +290,9 @@ class RunStore:
             return RunRow(**base, status="error", error=error)
         summary = self._cached_summary(run)
         if summary is None:
-            return RunRow(**base, status="not analyzed")
+            with self._lock:
+                status = self._queued.get(run.run_id, "not analyzed")
+            return RunRow(**base, status=status)
         return RunRow(**base, status="analyzed", **summary)
 
     def rows(self) -> list[RunRow]:

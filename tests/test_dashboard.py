@@ -139,11 +139,15 @@ def test_run_list_shows_runs_newest_first_and_the_corrupt_one_as_an_error_card(p
     assert "\n" not in card.locator(".error-message").inner_text()
     for name in RUNS:
         row = page.locator(f"tr.run-row[data-run={name}]")
-        assert row.get_attribute("data-status") in ("not analyzed", "analyzed")
+        assert row.get_attribute("data-status") in ("not analyzed", "queued", "analyzing", "analyzed")
         assert "NVIDIA H200" in row.inner_text()
     dated = [i for i in ids if i not in ("broken", "alloc_records")]  # newest first by meta.json's created_utc
     created = {n: report_of_meta(n) for n in dated}
     assert dated == sorted(dated, key=lambda n: created[n], reverse=True)
+    # every run is analyzed in the background, and the list says so without a reload
+    page.wait_for_function("() => [...document.querySelectorAll('tr.run-row')].every("
+                           "r => ['analyzed', 'error'].includes(r.dataset.status))", timeout=120_000)
+    assert page.locator("tr.run-row[data-run=item_sync] td.num").inner_text().endswith("%")
     screenshot(page, "run-list")
     page.locator("tr.run-row[data-run=broken] a").click()  # its page says why, in one line
     assert "corrupt or truncated gzip data" in page.locator(".error-card").inner_text(timeout=20_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import dash
-from dash import ALL, Input, Output, State, dcc, html
+from dash import ALL, Input, Output, State, ctx, dcc, html
 
 from analyzer.units import fmt_pct
 from dashboard.pages.common import error_card, run_href, severity_badge
@@ -13,6 +13,7 @@ from dashboard.runs import RunRow, RunStore
 
 HEADERS = ("", "run", "workload", "model", "device", "captured", "GPU utilization", "top finding")
 PICK = "pick-run"
+POLL_MS = 1500  # while runs are analyzed in the background
 SORTS = {"newest": "newest first", "oldest": "oldest first", "util-low": "lowest GPU utilization first",
          "util-high": "highest GPU utilization first", "workload": "workload, A to Z"}
 
@@ -25,8 +26,10 @@ def _row(r: RunRow) -> html.Tr:
     if r.status == "error":
         return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=2)],
                        className="run-row error", **{"data-run": r.run.run_id, "data-status": r.status})
-    if r.status == "not analyzed":
-        util = html.Td(html.Span("not analyzed", className="muted", title="analyzed when you open it"))
+    if r.status in ("not analyzed", "queued", "analyzing"):
+        text = {"analyzing": "analyzing…", "queued": "queued"}.get(r.status, r.status)
+        util = html.Td(html.Span(text, className=f"muted {r.status.replace(' ', '-')}",
+                                 title="analyzed in the background (or when you open it)"))
         top = html.Td("–")
     else:
         util = html.Td(fmt_pct(r.utilization), className="num")
@@ -64,6 +67,7 @@ def _table(rows: list[RunRow]) -> html.Table | html.P:
 
 
 def layout(store: RunStore) -> html.Div:
+    store.analyze_in_background(store.runs())
     rows = store.rows()
     if not rows:
         body = html.P(["No run folders (folders holding a *.json or *.json.gz trace) one or two levels under ",
@@ -84,14 +88,23 @@ def layout(store: RunStore) -> html.Div:
         html.P(["Open a run for its findings, timeline and memory; tick two runs, or ",
                 dcc.Link("compare two runs", href="/diff"), ", to see what a fix changed."], className="hint"),
         tools, body,
+        dcc.Interval(id="runs-poll", interval=POLL_MS, disabled=not store.pending()),
+        dcc.Store(id="runs-statuses", data={r.run.run_id: r.status for r in rows}),
     ], className="page-runs")
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @app.callback(Output("runs-table", "children"), Input("runs-filter", "value"), Input("runs-sort", "value"),
-                  prevent_initial_call=True)
-    def refilter(query, sort):
-        return _table(shown_rows(store.rows(), query, sort))
+    @app.callback(Output("runs-table", "children"), Output("runs-poll", "disabled"), Output("runs-statuses", "data"),
+                  Input("runs-filter", "value"), Input("runs-sort", "value"), Input("runs-poll", "n_intervals"),
+                  State("runs-statuses", "data"), prevent_initial_call=True)
+    def refilter(query, sort, _ticks, statuses):
+        """The table again after a filter or sort, and while background analyses finish (then polling stops); a
+        poll redraws only when a row's status changed (a redraw unticks the ticked runs)."""
+        rows = shown_rows(store.rows(), query, sort)
+        now = {r.run.run_id: r.status for r in rows}
+        if ctx.triggered_id == "runs-poll" and now == statuses:
+            return dash.no_update, not store.pending(), dash.no_update
+        return _table(rows), not store.pending(), now
 
     @app.callback(Output("runs-compare", "children"), Input({"type": PICK, "run": ALL}, "value"),
                   State({"type": PICK, "run": ALL}, "id"), prevent_initial_call=True)
