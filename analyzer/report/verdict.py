@@ -29,17 +29,20 @@ def step_samples(report: dict) -> tuple[list[float], str]:
     per_step = [v * 1e3 for v in timing.get("per_step_ms") or [] if isinstance(v, (int, float))]
     if len(per_step) >= MIN_STEPS:
         return per_step, "unprofiled step"
-    steps = [s for s in report["gaps"]["per_step"] if not s["step"].startswith("prefill")]
-    return [s["wall_us"] for s in steps if s.get("wall_us")], "profiled step"
+    return _profiled_steps(report), "profiled step"
+
+
+def _profiled_steps(report: dict) -> list[float]:
+    """The traced steps' wall times (µs), prefill left out."""
+    return [s["wall_us"] for s in report["gaps"]["per_step"]
+            if not s["step"].startswith("prefill") and s.get("wall_us")]
 
 
 def step_change(a: dict, b: dict) -> dict | None:
     """The median step before and after, the ratio, and its 95% bootstrap interval (None where too few steps)."""
     (xa, what_a), (xb, what_b) = step_samples(a), step_samples(b)
     if what_a != what_b:  # compare like with like: both profiled when one run lacks unprofiled timing
-        xa = [s["wall_us"] for s in a["gaps"]["per_step"] if not s["step"].startswith("prefill") and s.get("wall_us")]
-        xb = [s["wall_us"] for s in b["gaps"]["per_step"] if not s["step"].startswith("prefill") and s.get("wall_us")]
-        what_a = "profiled step"
+        xa, xb, what_a = _profiled_steps(a), _profiled_steps(b), "profiled step"
     if not xa or not xb:
         return None
     ma, mb = float(np.median(xa)), float(np.median(xb))
