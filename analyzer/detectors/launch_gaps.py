@@ -423,6 +423,21 @@ def share_text(part: float, whole: float) -> str:
     return "<1%" if 0 < share < 1 else f"{share:.0f}%"
 
 
+def _host_work_advice(site: dict) -> str:
+    op = site.get("op")
+    if not op or site.get("call_site"):
+        return ("The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
+                "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
+                "the next GPU work before doing it so the two overlap.")
+    advice = (f"The CPU spent over a millisecond inside {op} with nothing queued on the GPU. The trace has no Python "
+              f"stack (record with with_stack=True to see the line that called it). If the op works on host tensors, "
+              f"move it out of the step; if it launches many small GPU ops, its per-call CPU cost is the gap: batch "
+              f"or fuse the calls (foreach / fused variants).")
+    if op == "aten::zero_":
+        advice += " For gradients, optimizer.zero_grad(set_to_none=True) (the default since torch 2.0) skips it."
+    return advice
+
+
 def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: float) -> list[Finding]:
     out = []
     for k, h in enumerate(host_work):
@@ -432,9 +447,7 @@ def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: fl
                   f"the CPU ran {h['call_site']}",
             call_site=h["call_site"], library_site=h["site"]["library_below"],
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
-            advice="The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
-                   "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
-                   "the next GPU work before doing it so the two overlap.",
+            advice=_host_work_advice(h["site"]),
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"])))
     return out
