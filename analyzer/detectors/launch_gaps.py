@@ -14,7 +14,6 @@ from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
 from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.trace.joins import Intervals, thread_keys
-from analyzer.trace.snapshot import ACTIONS
 from analyzer.views.waits import present_codes
 
 MAX_SITES = 50
@@ -129,13 +128,7 @@ def _allocating_line(ctx: AnalysisContext, row: int) -> dict:
     """For a cudaMalloc/cudaFree joined to the allocator's records: the exact line and the segment's size (only
     with a snapshot, so that a trace without one reports as before)."""
     records = ctx.allocator_records
-    entry = records.entry_of_call(row) if records is not None and row >= 0 else -1
-    if entry < 0:
-        return {}
-    e = records.snapshot.entries
-    stack = int(e.stack[entry])
-    return {"allocating_line": records.site(stack).label if stack >= 0 else None,
-            "segment_bytes": int(e.size[entry]), "segment_action": ACTIONS[int(e.action[entry])]}
+    return (records.record_of_call(row) if records is not None else None) or {}
 
 
 def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:

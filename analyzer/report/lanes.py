@@ -546,9 +546,8 @@ class TimelineData:
         lines = [f"<b>{esc(self.name(int(rt.name[row])))}</b> {fmt_us((rt.end_ns[row] - rt.start_ns[row]) / 1e3)}",
                  f"op {esc(op)}" if op else "outside any op", f"call site {esc(self.site(row))}"]
         records = self.ctx.allocator_records
-        entry = records.entry_of_call(row) if records is not None else -1
-        if entry >= 0:  # the allocator's own record of this cudaMalloc/cudaFree
-            e = records.snapshot.entries
-            line = records.site(int(e.stack[entry])).label if e.stack[entry] >= 0 else None
-            lines.append(f"{fmt_bytes(int(e.size[entry]))} segment, allocator records: {esc(line or 'no stack')}")
+        record = records.record_of_call(row) if records is not None else None
+        if record:  # the allocator's own record of this cudaMalloc/cudaFree
+            lines.append(f"{fmt_bytes(record['segment_bytes'])} segment, allocator records: "
+                         f"{esc(record['allocating_line'] or 'no stack')}")
         return "<br>".join(lines)

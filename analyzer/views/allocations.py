@@ -14,8 +14,8 @@ import numpy as np
 
 from analyzer.codepaths import FrameKind, path_kind
 from analyzer.trace import TraceModel
-from analyzer.trace.snapshot import (ALLOC, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP,
-                                     MemorySnapshot)
+from analyzer.trace.snapshot import (ACTIONS, ALLOC, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                                     SEGMENT_UNMAP, MemorySnapshot)
 from analyzer.views import apis
 
 JOIN_TOLERANCE_NS = 200_000  # an entry is recorded within the call (it returns, then the allocator logs it)
@@ -94,6 +94,17 @@ class AllocatorRecords:
     def entry_of_call(self, runtime_row: int) -> int:
         i = int(np.searchsorted(self.call_rows, runtime_row))
         return int(self.call_entry[i]) if i < len(self.call_rows) and self.call_rows[i] == runtime_row else -1
+
+    def record_of_call(self, runtime_row: int) -> dict | None:
+        """A cudaMalloc/cudaFree's own record: its allocating line, the segment's size and the action; None when
+        the call found no entry."""
+        entry = self.entry_of_call(runtime_row) if runtime_row >= 0 else -1
+        if entry < 0:
+            return None
+        e = self.snapshot.entries
+        stack = int(e.stack[entry])
+        return {"allocating_line": self.site(stack).label if stack >= 0 else None,
+                "segment_bytes": int(e.size[entry]), "segment_action": ACTIONS[int(e.action[entry])]}
 
     # --- stacks ---------------------------------------------------------------------------------------------
 
