@@ -1,4 +1,4 @@
-"""The command line: `python -m analyzer {capture,analyze,diff,dashboard,schema} ...`, one function per subcommand.
+"""The command line: `python -m analyzer {capture,analyze,analyze-many,query,diff,check,dashboard,schema} ...`, one function per subcommand.
 
 Only this module knows about exit codes and stderr: the layers below raise UsageError (exit status 2, one line) and
 keep their tracebacks for bugs. Subcommands import their layers lazily, so `capture` needs only torch, pyyaml and
@@ -105,6 +105,40 @@ def _gate_exit(suite: str, results, args) -> int:
     if failed:
         print(f"gate: {len(failed)} of {len(results)} rules failed", file=sys.stderr)
     return 1 if failed else 0
+
+
+def cmd_analyze_many(args) -> int:
+    """Every trace PATHs name, analysed on a Dask cluster into a Parquet dataset: exit 0 when every trace was
+    processed (a trace that cannot be analysed is a row with its error), 1 when a task failed after its retries."""
+    from analyzer import fleet
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: give at least 1")
+    result = fleet.analyze_many(args.paths, args.out, job=args.job, scheduler=args.scheduler,
+                                scheduler_file=args.scheduler_file, workers=args.workers,
+                                processes=not args.threads)
+    errors = result.errors
+    print(f"analyze-many: {result.inputs} traces: {len(result.results) - len(errors)} analysed, {len(errors)} "
+          f"with an error, {len(result.skipped)} skipped (already in {args.out}), {len(result.failures)} failed "
+          f"in {result.seconds:.1f} s")
+    for r in errors[:TOP_PRINTED]:
+        print(f"  error: {r['error'] if r['source'] in r['error'] else r['source'] + ': ' + r['error']}")
+    if len(errors) > TOP_PRINTED:
+        print(f"  ... {len(errors) - TOP_PRINTED} more: python -m analyzer query {args.out} "
+              f"\"SELECT source, error FROM traces WHERE error IS NOT NULL\"")
+    for line in result.failures:
+        print(f"failed: {line}", file=sys.stderr)
+    if result.job_report:
+        print("job report: " + ", ".join(str(p) for p in result.job_report))
+    print(f"dataset: {args.out} (python -m analyzer query {args.out} \"SELECT job, rank, utilization FROM traces\")")
+    return 1 if result.failures else 0
+
+
+def cmd_query(args) -> int:
+    from analyzer.fleet.query import query, render
+    columns, rows = query(args.dir, args.sql)
+    if columns:
+        sys.stdout.write(render(columns, rows, args.format))
+    return 0
 
 
 def cmd_dashboard(args) -> int:
@@ -251,6 +285,26 @@ def build_parser() -> argparse.ArgumentParser:
     _gate_outputs(chk)
     chk.set_defaults(func=cmd_check)
     dif.set_defaults(func=cmd_diff)
+    many = sub.add_parser("analyze-many", help="analyse many traces (ranks, runs) on a Dask cluster into a Parquet "
+                                               "dataset for `query`")
+    many.add_argument("paths", nargs="+", metavar="PATH",
+                      help="run folders, trace files, folders of runs or traces, globs (e.g. 'runs/*/rank*.json.gz')")
+    many.add_argument("--out", default="fleet", help="the dataset folder (default: ./fleet); re-runs add to it")
+    where = many.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    where.add_argument("--scheduler-file", metavar="FILE", help="a Dask scheduler file (dask-jobqueue, dask-mpi)")
+    many.add_argument("--workers", type=int, metavar="N",
+                      help="worker processes of the local cluster (default: min(cores, traces), fewer if RAM is short)")
+    many.add_argument("--threads", action="store_true",
+                      help="run the local cluster's workers as threads of this process instead of processes")
+    many.add_argument("--job", metavar="NAME", help="the job every trace belongs to (default: its run folder's name)")
+    many.set_defaults(func=cmd_analyze_many)
+    qry = sub.add_parser("query", help="run SQL (DuckDB) over an analyze-many dataset")
+    qry.add_argument("dir", metavar="DIR", help="the dataset folder analyze-many wrote")
+    qry.add_argument("sql", metavar="SQL", help="one statement over the views traces, steps, gaps_by_site, syncs, "
+                                                "allocator_sites, findings, collectives")
+    qry.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    qry.set_defaults(func=cmd_query)
     dash = sub.add_parser("dashboard", help="the Dash dashboard over a folder of runs (same as python -m dashboard)",
                           add_help=False)
     dash.add_argument("dashboard_args", nargs=argparse.REMAINDER, help="--traces DIR --host HOST --port PORT")

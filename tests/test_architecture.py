@@ -13,7 +13,8 @@ ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
     "analyzer.detectors": {"analyzer.views", "analyzer.trace"},
     "analyzer.report": {"analyzer.detectors", "analyzer.views", "analyzer.trace"},
     "analyzer.api": {"analyzer.report", "analyzer.detectors", "analyzer.views", "analyzer.trace"},
-    "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "dashboard"},
+    "analyzer.fleet": {"analyzer.api", "analyzer.report", "analyzer.trace", "analyzer.views"},
+    "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "analyzer.fleet", "dashboard"},
     "analyzer.__main__": {"analyzer.cli"},
     "dashboard": {"analyzer.api", "analyzer.report.palette"},
 }

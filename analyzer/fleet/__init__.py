@@ -1,0 +1,87 @@
+"""Many traces at once: `analyze-many` fans the single-trace analysis out over a Dask cluster into a Parquet
+dataset, and `query` runs DuckDB over it. Dask, pyarrow and DuckDB are imported only inside these commands (the
+`fleet` extra), never by `capture` or `analyze`.
+
+    result = fleet.analyze_many(["traces/"], "fleet-out", workers=2, processes=False)
+    columns, rows = fleet.query("fleet-out", "SELECT job, rank, utilization FROM traces")
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from analyzer.errors import UsageError
+from analyzer.fleet.query import query
+
+__all__ = ["ManyResult", "analyze_many", "query"]
+
+
+@dataclasses.dataclass
+class ManyResult:
+    inputs: int
+    skipped: list[str]  # sources whose content key was already in the dataset (or named twice)
+    results: list[dict]  # one per trace analysed now: source, bytes, error, job, rank
+    failures: list[str]  # tasks that failed after their retries (a worker died), one line each
+    seconds: float
+    cluster: str
+    job_report: list[Path] = dataclasses.field(default_factory=list)
+
+    @property
+    def errors(self) -> list[dict]:
+        return [r for r in self.results if r["error"] is not None]
+
+
+def analyze_many(paths: list[str], out: str | Path, *, job: str | None = None, scheduler: str | None = None,
+                 scheduler_file: str | None = None, workers: int | None = None, processes: bool = True,
+                 dashboard: bool = True, stream=None) -> ManyResult:
+    """Analyse every trace the paths name on a Dask cluster into the Parquet dataset `out`; traces whose content key
+    is already there are skipped. Status lines (cluster, dashboard, progress) go to `stream` (stderr)."""
+    from analyzer.fleet import cluster as dask_cluster
+    from analyzer.fleet.dataset import existing_keys
+    from analyzer.fleet.inputs import expand, uncompressed_size
+    stream = stream or sys.stderr
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a folder")
+    items = expand(paths, job)
+    have = existing_keys(out)
+    todo, skipped = [], []
+    for item in items:
+        if item.content_key in have:
+            skipped.append(item.source)
+        else:
+            have.add(item.content_key)
+            todo.append(item)
+    started = time.perf_counter()
+    results, failures, description = [], [], "none (nothing to analyse)"
+    if todo:
+        largest = max(uncompressed_size(i.trace.trace, i.size) for i in todo)
+        cluster = dask_cluster.connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
+                                       processes=processes, n_traces=len(todo), largest_uncompressed=largest,
+                                       dashboard=dashboard)
+        try:
+            description = cluster.description
+            stream.write(f"analyze-many: {len(todo)} traces to analyse ({len(skipped)} skipped: already in {out}) "
+                         f"on {description}\n{dask_cluster.dashboard_line(cluster)}\n")
+            out.mkdir(parents=True, exist_ok=True)
+            progress = dask_cluster.ProgressLine(len(todo), stream)
+            results, failures = dask_cluster.run_all(cluster, todo, out, progress)
+            progress.close()
+        finally:
+            cluster.close()
+    result = ManyResult(len(items), skipped, results, failures, time.perf_counter() - started, description)
+    result.job_report = _job_report(out) if out.is_dir() else []
+    return result
+
+
+def _job_report(out: Path) -> list[Path]:
+    """analyzer.report.job's fleet/job report over the dataset, when that module is there."""
+    try:
+        from analyzer.report.job import write_job_report
+    except ImportError:
+        return []
+    written = write_job_report(out)
+    return [Path(p) for p in written] if isinstance(written, (list, tuple)) else []
+

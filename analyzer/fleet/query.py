@@ -1,0 +1,78 @@
+"""`query DIR "SQL"`: DuckDB (embedded, in memory) over the Parquet dataset, each table a view over its files with
+the hive partitions `job` and `rank` as columns. A table with no files yet is an empty view of its schema, so every
+query of the README runs on any dataset."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from analyzer.errors import UsageError
+from analyzer.fleet.tables import SCHEMA
+
+MAX_CELL = 80  # characters of a text cell in the aligned table (csv and json carry everything)
+
+
+def connect(out_dir: str | Path):
+    import duckdb
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise UsageError(f"{out_dir}: no such dataset folder (write one with analyze-many --out {out_dir})")
+    if not (out_dir / "traces").is_dir():
+        raise UsageError(f"{out_dir}: not an analyze-many dataset (no traces/ folder in it)")
+    from analyzer.fleet.dataset import arrow_schema, table_files
+    con = duckdb.connect(":memory:")
+    for table in SCHEMA:
+        if table_files(out_dir, table):
+            pattern = str(out_dir.resolve() / table / "**" / "*.parquet").replace("'", "''")
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{pattern}', hive_partitioning=true, "
+                        f"union_by_name=true, hive_types={{'job': VARCHAR, 'rank': BIGINT}})")
+        else:
+            import pyarrow as pa
+            schema = arrow_schema(table).append(pa.field("job", pa.string())).append(pa.field("rank", pa.int64()))
+            con.register(f"_{table}_empty", schema.empty_table())
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
+    return con
+
+
+def query(out_dir: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of one SQL statement over the dataset; bad SQL is a one-line UsageError."""
+    import duckdb
+    con = connect(out_dir)
+    try:
+        cursor = con.execute(sql)
+        if cursor.description is None:
+            return [], []
+        return [d[0] for d in cursor.description], cursor.fetchall()
+    except duckdb.Error as exc:
+        raise UsageError(f"query: {str(exc).strip().splitlines()[0]}") from None
+    finally:
+        con.close()
+
+
+def render(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([["" if v is None else str(v) for v in row] for row in rows])
+        return buf.getvalue()
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=1) + "\n"
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [bool(rows) and all(isinstance(r[i], (int, float)) or r[i] is None for r in rows)
+               for i in range(len(columns))]
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+    out = [line(columns), "  ".join("-" * w for w in widths)] + [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out) + "\n"
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "NULL"
+    text = repr(round(v, 4)) if isinstance(v, float) else " ".join(str(v).split())
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"

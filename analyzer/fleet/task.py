@@ -1,0 +1,60 @@
+"""One Dask task: analyse one trace with the single-trace path (`api.load`, its columnar cache reused, then
+`api.analyze`) and write its rows into the dataset. A trace that cannot be analysed becomes a `traces` row with its
+error; only a dying worker (or memory running out) fails the task, and Dask retries it."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+from analyzer import api
+from analyzer.errors import UsageError
+from analyzer.fleet import tables
+from analyzer.fleet.dataset import write_trace_tables
+from analyzer.fleet.inputs import FleetInput, rank_of
+
+
+def analyze_one(item: FleetInput, out_dir: str) -> dict:
+    started = time.perf_counter()
+    base = {"source": item.source, "content_key": item.content_key, "bytes": item.size,
+            "trace_mtime": dt.datetime.fromtimestamp(item.trace.trace.stat().st_mtime, dt.timezone.utc),
+            "analyzer_version": tables.version()}
+    rank, world = rank_of(item, None)
+    try:
+        trace = api.load(item.trace)
+        rank, world = rank_of(item, trace.model.metadata)
+        analysis = api.analyze(trace)
+        rows = tables.report_rows(analysis.report, {**base, "world_size": world})
+        rows.update(collective_rows(analysis, rows["traces"][0]))
+        error = None
+    except MemoryError:
+        raise  # the worker's limit, not the trace's fault: Dask retries it
+    except Exception as exc:  # noqa: BLE001 - a corrupt, foreign or unexpected trace is a row, never a failed run
+        error = _one_line(exc)
+        rows = tables.error_row({**base, "world_size": world}, error)
+    for row in rows["traces"]:
+        row["analysis_seconds"] = round(time.perf_counter() - started, 3)
+        row["analyzed_at"] = tables.now()
+    write_trace_tables(Path(out_dir), item.job, rank, item.content_key, rows)
+    return {"source": item.source, "bytes": item.size, "error": error, "rank": rank, "job": item.job}
+
+
+def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:
+    """views.collectives' table and totals, when that module is there (it is optional: ImportError skips it)."""
+    try:
+        from analyzer.views.collectives import collective_table, comm_totals
+    except ImportError:
+        return {}
+    totals = comm_totals(analysis.context) or {}
+    trace_row.update(comm_us=totals.get("comm_us"), compute_us=totals.get("compute_us"),
+                     comm_idle_us=totals.get("idle_us"))
+    frame = collective_table(analysis.context)
+    return {"collectives": tables.frame_rows(frame, {"content_key": trace_row["content_key"]}, "collectives")}
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    if not isinstance(exc, UsageError):  # a UsageError's line already names the file and what is wrong
+        line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return line[:500]
