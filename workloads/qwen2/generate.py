@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from .model import KVCache, Qwen2ForCausalLM
+from .model import Qwen2ForCausalLM
 
 MODES = ("eager", "cuda_graph")
 # Slots past the capacity that graph warm-up steps may write into (they are overwritten before being read).
@@ -55,7 +55,7 @@ class Generator:
         dev = model.device
         slots = -(-(capacity + _WARMUP_SLOTS) // 16) * 16  # aligned rows keep SDPA from padding the mask each call
         model.prepare(slots)
-        self.cache = KVCache(model.config, batch_size, slots, dev, model.dtype)
+        self.cache = model.new_cache(batch_size, slots)
         self.ids = torch.zeros(batch_size, 1, dtype=torch.long, device=dev)  # last token, input of the next step
         self.pos = torch.zeros(1, dtype=torch.long, device=dev)  # its position
         self.history = torch.zeros(batch_size, slots, dtype=torch.long, device=dev)

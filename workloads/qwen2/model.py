@@ -3,6 +3,9 @@
 Parameter names match Hugging Face checkpoints one to one, so a state dict moves between the two unchanged.
 Attention reads a preallocated static KV cache through a boolean mask over its whole length: the same code then
 runs eagerly (one kernel per op, the subject of the analyzer) and inside a captured CUDA graph.
+
+With a `TensorParallel` of size > 1 (parallel.py) each module holds one rank's slice of the weights (the parameter
+names stay Hugging Face's, the shapes are the slice's) and adds its collective; at size 1 nothing changes.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Qwen2Config
+from .parallel import Shard, TensorParallel, plan_shard
 
 
 class RMSNorm(nn.Module):
@@ -30,10 +34,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -
 
 class KVCache:
     """Preallocated keys and values for every layer ([batch, kv_heads, max_len, head_dim] each), and the additive
-    causal mask over all `max_len` slots (rows are query positions)."""
+    causal mask over all `max_len` slots (rows are query positions). `kv_heads`: the KV heads this rank holds
+    (tensor parallel; default all of them)."""
 
-    def __init__(self, config: Qwen2Config, batch_size: int, max_len: int, device, dtype):
-        shape = (batch_size, config.num_key_value_heads, max_len, config.head_dim)
+    def __init__(self, config: Qwen2Config, batch_size: int, max_len: int, device, dtype, kv_heads: int | None = None):
+        shape = (batch_size, kv_heads or config.num_key_value_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         causal = torch.ones(max_len, max_len, dtype=torch.bool, device=device).tril()
@@ -51,10 +56,14 @@ class KVCache:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+    """Column-parallel q/k/v over the shard's heads, row-parallel o_proj, then the all-reduce (tensor parallel)."""
+
+    def __init__(self, config: Qwen2Config, shard: Shard, tp: TensorParallel, layer_index: int, device=None,
+                 dtype=None):
         super().__init__()
         h, d = config.hidden_size, config.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
+        self.num_heads, self.num_kv_heads, self.head_dim = shard.num_heads, shard.num_kv_heads, d
+        self.tp, self.layer_index = tp, layer_index
         kw = dict(device=device, dtype=dtype)
         self.q_proj = nn.Linear(h, self.num_heads * d, bias=True, **kw)
         self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=True, **kw)
@@ -81,13 +90,19 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
         # reshape, not view: the memory-efficient SDPA kernel may return strides a view cannot express
         out = out.reshape(b, self.num_heads, t, self.head_dim).transpose(1, 2).reshape(b, t, -1)
-        return F.linear(out, self.o_proj.weight)
+        out = F.linear(out, self.o_proj.weight)
+        if self.tp.before_attention_all_reduce is not None:
+            self.tp.before_attention_all_reduce(self.layer_index)
+        return self.tp.all_reduce(out)
 
 
 class MLP(nn.Module):
-    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+    """Column-parallel gate/up over the shard's intermediate columns, row-parallel down_proj, then the all-reduce."""
+
+    def __init__(self, config: Qwen2Config, shard: Shard, tp: TensorParallel, device=None, dtype=None):
         super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
+        h, i = config.hidden_size, shard.intermediate_size
+        self.tp = tp
         kw = dict(bias=False, device=device, dtype=dtype)
         self.gate_proj = nn.Linear(h, i, **kw)
         self.up_proj = nn.Linear(h, i, **kw)
@@ -95,16 +110,17 @@ class MLP(nn.Module):
 
     def forward(self, x):
         gate = F.linear(x, self.gate_proj.weight)
-        return F.linear(F.silu(gate) * F.linear(x, self.up_proj.weight), self.down_proj.weight)
+        return self.tp.all_reduce(F.linear(F.silu(gate) * F.linear(x, self.up_proj.weight), self.down_proj.weight))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+    def __init__(self, config: Qwen2Config, shard: Shard, tp: TensorParallel, layer_index: int, device=None,
+                 dtype=None):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
-        self.self_attn = Attention(config, device, dtype)
+        self.self_attn = Attention(config, shard, tp, layer_index, device, dtype)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
-        self.mlp = MLP(config, device, dtype)
+        self.mlp = MLP(config, shard, tp, device, dtype)
 
     def forward(self, x, cos, sin, k_cache, v_cache, positions, mask):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, positions, mask)
@@ -114,19 +130,25 @@ class DecoderLayer(nn.Module):
 class Qwen2Body(nn.Module):
     """`model.*` in a Hugging Face checkpoint."""
 
-    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+    def __init__(self, config: Qwen2Config, shard: Shard, tp: TensorParallel, device=None, dtype=None):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, device=device, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(config, device, dtype) for _ in range(config.num_hidden_layers))
+        self.embed_tokens = nn.Embedding(shard.vocab_rows, config.hidden_size, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(DecoderLayer(config, shard, tp, i, device, dtype)
+                                    for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
 
 
 class Qwen2ForCausalLM(nn.Module):
-    def __init__(self, config: Qwen2Config, device=None, dtype=None):
+    """The whole model, or with `tp` (parallel.TensorParallel) of size > 1 the slices one rank holds; `config` stays
+    the full model's, `shard` says which slices."""
+
+    def __init__(self, config: Qwen2Config, device=None, dtype=None, tp: TensorParallel | None = None):
         super().__init__()
         self.config = config
-        self.model = Qwen2Body(config, device, dtype)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device=device, dtype=dtype)
+        self.tp = tp or TensorParallel()
+        self.shard = plan_shard(config, self.tp.rank, self.tp.size)
+        self.model = Qwen2Body(config, self.shard, self.tp, device, dtype)
+        self.lm_head = nn.Linear(config.hidden_size, self.shard.vocab_rows, bias=False, device=device, dtype=dtype)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.requires_grad_(False)
@@ -163,7 +185,7 @@ class Qwen2ForCausalLM(nn.Module):
         cos = self._cos.index_select(0, positions)
         sin = self._signed_sin.index_select(0, positions)
         mask = cache.mask.index_select(0, positions)
-        group = self.config.num_attention_heads // self.config.num_key_value_heads
+        group = self.shard.num_heads // self.shard.num_kv_heads
         if input_ids.shape[1] > 1 and group > 1:
             mask = mask.repeat(group, 1)
         return self._layers(input_ids, cos, sin, positions, mask, cache, last_only)
@@ -176,13 +198,33 @@ class Qwen2ForCausalLM(nn.Module):
         cos = self._cos.index_select(0, flat).view(b, 1, 1, -1)  # broadcast over heads
         sin = self._signed_sin.index_select(0, flat).view(b, 1, 1, -1)
         mask = cache.mask.index_select(0, flat).view(b, 1, 1, -1)  # broadcast over kv heads and stacked query rows
-        slots = positions.view(b, 1, 1, 1).expand(b, c.num_key_value_heads, 1, c.head_dim)
+        slots = positions.view(b, 1, 1, 1).expand(b, self.shard.num_kv_heads, 1, c.head_dim)
         return self._layers(input_ids, cos, sin, slots, mask, cache, last_only)
 
+    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """A KV cache for the heads this rank holds."""
+        return KVCache(self.config, batch_size, max_len, self.device, self.dtype, self.shard.num_kv_heads)
+
     def _layers(self, input_ids, cos, sin, positions, mask, cache, last_only):
-        x = self.model.embed_tokens(input_ids)
+        x = self._embed(input_ids)
         for layer, k_cache, v_cache in zip(self.model.layers, cache.keys, cache.values):
             x = layer(x, cos, sin, k_cache, v_cache, positions, mask)
         if last_only:
             x = x[:, -1]
-        return self.lm_head(self.model.norm(x))
+        return self._logits(self.model.norm(x))
+
+    def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Vocab-parallel embedding: rows of other ranks' tokens are zero here, the all-reduce fills them in."""
+        if self.tp.size == 1:
+            return self.model.embed_tokens(input_ids)
+        start, stop = self.shard.vocab
+        local = input_ids - start
+        outside = (local < 0) | (local >= stop - start)
+        x = F.embedding(local.masked_fill(outside, 0), self.model.embed_tokens.weight)
+        return self.tp.all_reduce(x.masked_fill_(outside.unsqueeze(-1), 0))
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Vocab-parallel LM head: each rank's slice of the logits, all-gathered, padding rows dropped."""
+        if self.tp.size == 1:
+            return self.lm_head(x)
+        return self.tp.all_gather_last(F.linear(x, self.lm_head.weight))[..., : self.config.vocab_size]

@@ -2,6 +2,10 @@
 
 Checkpoints are read with a small safetensors reader of our own (memory-mapped, standard library + torch) because
 the capture path may import nothing beyond torch, pyyaml and the standard library.
+
+With a `TensorParallel` of size > 1 each rank cuts its slices from the full weights as it loads them: from the
+checkpoint's memory-mapped tensors, or from the same seeded full model every world size draws (so tp=2 runs the
+weights tp=1 runs).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch
 
 from .config import Qwen2Config, config_from_hf
 from .model import Qwen2ForCausalLM
+from .parallel import TensorParallel, shard_tensor
 
 
 class CheckpointError(ValueError):
@@ -27,19 +32,37 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def random_model(config: Qwen2Config, device, dtype, seed: int) -> Qwen2ForCausalLM:
-    """A model whose weights are drawn from a seeded generator directly on `device` (nothing is downloaded)."""
-    model = Qwen2ForCausalLM(config, device="meta", dtype=dtype).to_empty(device=device)
+def _empty_model(config: Qwen2Config, device, dtype, tp: TensorParallel | None) -> Qwen2ForCausalLM:
+    model = Qwen2ForCausalLM(config, device="meta", dtype=dtype, tp=tp).to_empty(device=device)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+def random_model(config: Qwen2Config, device, dtype, seed: int, tp: TensorParallel | None = None) -> Qwen2ForCausalLM:
+    """A model whose weights are drawn from a seeded generator directly on `device` (nothing is downloaded). With
+    `tp` of size > 1: this rank's slices of that same full model."""
+    full = _empty_model(config, device, dtype, None)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
-        for name, param in model.named_parameters():  # tied weights are listed once
+        for name, param in full.named_parameters():  # tied weights are listed once
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, 0.02, generator=gen)
+    if tp is None or tp.size == 1:
+        return full
+    full_params = dict(full.named_parameters())
+    model = _empty_model(config, device, dtype, tp)
+    _fill(model, lambda name: full_params[name])
     return model
+
+
+def _fill(model: Qwen2ForCausalLM, full_tensor) -> None:
+    """Copy into each parameter its slice of `full_tensor(name)`, the full model's tensor of that name."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(shard_tensor(name, full_tensor(name), model.shard, model.config.head_dim))
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -87,8 +110,10 @@ def _checkpoint_files(folder: Path) -> list[Path]:
     return files
 
 
-def load_checkpoint(folder: str | Path, device, dtype, layers: int | None = None) -> Qwen2ForCausalLM:
-    """A model built from `config.json` + `*.safetensors` in `folder` (sharded with an index or not)."""
+def load_checkpoint(folder: str | Path, device, dtype, layers: int | None = None,
+                    tp: TensorParallel | None = None) -> Qwen2ForCausalLM:
+    """A model built from `config.json` + `*.safetensors` in `folder` (sharded with an index or not); with `tp` of
+    size > 1, this rank's slices of it."""
     folder = Path(folder)
     config_path = folder / "config.json"
     if not config_path.is_file():
@@ -103,16 +128,13 @@ def load_checkpoint(folder: str | Path, device, dtype, layers: int | None = None
     stored: dict[str, torch.Tensor] = {}
     for f in _checkpoint_files(folder):
         stored.update(_read_safetensors(f))
-    model = Qwen2ForCausalLM(config, device="meta", dtype=dtype).to_empty(device=device)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            tensor = stored.get(name)
-            if tensor is None:
-                raise CheckpointError(f"{folder}: tensor {name!r} is missing from the checkpoint")
-            if tuple(tensor.shape) != tuple(param.shape):
-                raise CheckpointError(f"{folder}: tensor {name!r} has shape {tuple(tensor.shape)}, "
-                                      f"expected {tuple(param.shape)}")
-            param.copy_(tensor)
+    full_shapes = {name: tuple(p.shape) for name, p in Qwen2ForCausalLM(config, device="meta").named_parameters()}
+    for name, shape in full_shapes.items():
+        tensor = stored.get(name)
+        if tensor is None:
+            raise CheckpointError(f"{folder}: tensor {name!r} is missing from the checkpoint")
+        if tuple(tensor.shape) != shape:
+            raise CheckpointError(f"{folder}: tensor {name!r} has shape {tuple(tensor.shape)}, expected {shape}")
+    model = _empty_model(config, device, dtype, tp)
+    _fill(model, stored.__getitem__)
     return model
