@@ -129,6 +129,8 @@ def cmd_analyze_many(args) -> int:
         print(f"failed: {line}", file=sys.stderr)
     if result.job_report:
         print("job report: " + ", ".join(str(p) for p in result.job_report))
+    if result.job_report_error:
+        print(f"warning: job report not written: {result.job_report_error}", file=sys.stderr)
     print(f"dataset: {args.out} (python -m analyzer query {args.out} \"SELECT job, rank, utilization FROM traces\")")
     return 1 if result.failures else 0
 

@@ -27,6 +27,7 @@ class ManyResult:
     seconds: float
     cluster: str
     job_report: list[Path] = dataclasses.field(default_factory=list)
+    job_report_error: str | None = None  # the job report failed (the dataset is complete all the same)
 
     @property
     def errors(self) -> list[dict]:
@@ -72,16 +73,22 @@ def analyze_many(paths: list[str], out: str | Path, *, job: str | None = None, s
         finally:
             cluster.close()
     result = ManyResult(len(items), skipped, results, failures, time.perf_counter() - started, description)
-    result.job_report = _job_report(out) if out.is_dir() else []
+    if out.is_dir():
+        _job_report(out, result)
     return result
 
 
-def _job_report(out: Path) -> list[Path]:
-    """analyzer.report.job's fleet/job report over the dataset, when that module is there."""
+def _job_report(out: Path, result: ManyResult) -> None:
+    """analyzer.report.job's job report over the dataset, when that module is there. Its failure is said in one
+    line and leaves the dataset (already complete) and the exit status as they are."""
     try:
         from analyzer.report.job import write_job_report
     except ImportError:
-        return []
-    written = write_job_report(out)
-    return [Path(p) for p in written] if isinstance(written, (list, tuple)) else []
+        return
+    try:
+        written = write_job_report(out)
+    except Exception as exc:  # noqa: BLE001 - the dataset is written; the report over it is an extra
+        result.job_report_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return
+    result.job_report = [Path(p) for p in written] if isinstance(written, (list, tuple)) else []
 

@@ -47,7 +47,7 @@ def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:
         return {}
     totals = comm_totals(analysis.context) or {}
     trace_row.update(comm_us=totals.get("comm_us"), compute_us=totals.get("compute_us"),
-                     comm_idle_us=totals.get("idle_us"))
+                     comm_overlap_us=totals.get("overlap_us"))
     frame = collective_table(analysis.context)
     return {"collectives": tables.frame_rows(frame, {"content_key": trace_row["content_key"]}, "collectives")}
 
