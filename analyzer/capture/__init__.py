@@ -7,6 +7,7 @@
                  the sample phase's sync-debug pass records sync sites (syncdebug.py)
     steps.py     the steps kind: a script of new_sequence() / step() calls (decode, prefill, generate, ...)
     serve.py     the serve kind: sessions of requests, each engine step one step
+    distributed.py  tp > 1: one `python -m analyzer.capture.rank` process per rank (rank.py), one run folder
 
 Imports only torch, pyyaml and the standard library, so it runs on a bare GPU machine from the repo root; importing
 this package or `analyzer.capture.config` does not import torch (`python -m analyzer schema` stays light).
@@ -21,5 +22,8 @@ def run_capture(workload_path: str, overrides: list[str], out_dir: Path, argv: l
     return the exit status: 0, 1 if the workload failed mid-run, 130 on Ctrl-C."""
     from analyzer.capture.config import load_config
     config = load_config(workload_path, overrides)
+    if config.tp > 1:  # one process per rank, one run folder
+        from analyzer.capture.distributed import capture_distributed
+        return capture_distributed(config, Path(out_dir), argv)
     from analyzer.capture.runner import capture
     return capture(config, Path(out_dir), argv)

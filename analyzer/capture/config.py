@@ -63,6 +63,13 @@ SCHEMA: tuple[Field, ...] = (
     Field("seed", int, 0, "seed of the random weights, prompts and sampling"),
     Field("sampling.temperature", (int, float), 0.0, "0 = greedy argmax; > 0 samples on the device", minimum=0),
     Field("sampling.top_k", int, 0, "0 = no top-k filter", minimum=0),
+    Field("tp", int, 1, "tensor-parallel ranks: > 1 launches one process per rank (one GPU each over NCCL, or CPU "
+          "processes over gloo), each writing rankN.trace.json.gz into one run folder; scripts with "
+          "`tensor_parallel = True` only (tp_decode)", minimum=1),
+    Field("straggler.rank", int, None, "tp_decode script: the rank that sleeps `straggler.delay_ms` before the "
+          "first attention all-reduce of every decode step (a planted straggler); null = none", minimum=0,
+          nullable=True),
+    Field("straggler.delay_ms", (int, float), 2, "tp_decode script: the planted straggler's sleep", minimum=0),
     Field("timing.warmup_steps", int, 5, "decode steps run before anything is timed", minimum=0),
     Field("timing.sessions", int, 3, "timed sessions of decode_steps steps each (fresh sequences); their medians "
           "apart are the run-to-run noise a diff's verdict weighs a step-time change against", minimum=1),
@@ -123,6 +130,12 @@ class ModelConfig:
 class SamplingConfig:
     temperature: float
     top_k: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StragglerConfig:
+    rank: int | None
+    delay_ms: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +205,8 @@ class CaptureConfig:
     mode: Literal["eager", "cuda_graph"]
     seed: int
     sampling: SamplingConfig
+    tp: int
+    straggler: StragglerConfig
     timing: TimingConfig
     profiler: ProfilerConfig
     serve: ServeConfig
@@ -413,6 +428,13 @@ def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
     device = values["device"]
     if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UsageError(f"{source}: key 'device': {device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N")
+    tp, straggler = values["tp"], values["straggler.rank"]
+    if tp > 1 and device.startswith("cuda:"):
+        raise UsageError(f"{source}: key 'device': {device!r} names one GPU, but tp={tp} puts rank N on cuda:N; "
+                         "allowed with tp > 1: auto, cpu, cuda")
+    if straggler is not None and straggler >= tp:
+        raise UsageError(f"{source}: key 'straggler.rank': {straggler} is not a rank of tp={tp}; allowed: "
+                         f"0 to {tp - 1} or null")
 
 
 def describe_schema() -> str:

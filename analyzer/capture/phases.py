@@ -23,7 +23,7 @@ from analyzer.capture.config import REPO_ROOT
 from analyzer.capture.session import CaptureSession
 from analyzer.capture.syncdebug import SyncSiteRecorder
 
-TRACE_FILE = "rank0.trace.json.gz"
+TRACE_FILE = "rank0.trace.json.gz"  # rank N of a tensor-parallel run writes rank<N>.trace.json.gz (rank_file)
 SNAPSHOT_FILE = "memory_snapshot.pickle"
 
 
@@ -188,18 +188,19 @@ def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
         snapshot = torch.cuda.memory._snapshot() if recording else None
     stats_after = session.memory_stats()
     session.progress.phase("writing trace", 1)
-    prof.export_chrome_trace(str(session.file(TRACE_FILE)))
+    trace_file, snapshot_file = session.rank_file(TRACE_FILE), session.rank_file(SNAPSHOT_FILE)
+    prof.export_chrome_trace(str(session.file(trace_file)))
     session.progress.advance()
     recorded = kind.recorded()
-    profiled = {"trace": TRACE_FILE, "recorded_steps": len(recorded.annotations),
+    profiled = {"trace": trace_file, "recorded_steps": len(recorded.annotations),
                 "schedule": dataclasses.asdict(schedule) if schedule is not None else None,
                 "annotations": recorded.annotations, "window_wall_s": window_s,
                 "memory_stats_delta": memory_stats_delta(edges["before"], stats_after)}
     if snapshot is not None:
-        with open(session.file(SNAPSHOT_FILE), "wb") as f:
+        with open(session.file(snapshot_file), "wb") as f:
             pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
         traces = snapshot.get("device_traces") or []
-        profiled["memory_snapshot"] = {"file": SNAPSHOT_FILE, "segments": len(snapshot.get("segments") or []),
+        profiled["memory_snapshot"] = {"file": snapshot_file, "segments": len(snapshot.get("segments") or []),
                                        "trace_entries": sum(len(t) for t in traces),
                                        "max_entries": session.config.memory_history.max_entries,
                                        "clock": "time_us: Unix epoch µs (trace ts + baseTimeNanoseconds / 1000)"}

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import platform
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -69,15 +70,35 @@ def load_script(config: CaptureConfig) -> type:
     return module.Workload
 
 
-def build_model(config: CaptureConfig, device: torch.device, dtype: torch.dtype):
+def build_model(config: CaptureConfig, device: torch.device, dtype: torch.dtype, tp=None):
+    """The workload's model; with `tp` (workloads.qwen2.TensorParallel of size > 1) this rank's slices of it."""
     from workloads.qwen2 import PRESETS, CheckpointError, load_checkpoint, random_model
     m = config.model
-    if m.checkpoint:
-        try:
-            return load_checkpoint(m.checkpoint, device, dtype, m.layers)
-        except CheckpointError as exc:
-            raise UsageError(f"{config.path}: key 'model.checkpoint': {exc}") from None
-    return random_model(PRESETS[m.preset].with_layers(m.layers), device, dtype, config.seed)
+    try:
+        if m.checkpoint:
+            return load_checkpoint(m.checkpoint, device, dtype, m.layers, tp=tp)
+        return random_model(PRESETS[m.preset].with_layers(m.layers), device, dtype, config.seed, tp=tp)
+    except CheckpointError as exc:
+        raise UsageError(f"{config.path}: key 'model.checkpoint': {exc}") from None
+    except ValueError as exc:  # a shape tensor parallelism cannot cut (parallel.plan_shard)
+        raise UsageError(f"{config.path}: key 'tp': {exc}") from None
+
+
+def check_tensor_parallel(config: CaptureConfig, script: type) -> None:
+    """tp > 1 runs scripts that declare `tensor_parallel = True` only, and shapes that split `tp` ways."""
+    if config.tp == 1:
+        return
+    if not getattr(script, "tensor_parallel", False):
+        raise UsageError(f"{config.path}: key 'tp': script {config.script!r} does not run tensor parallel (its "
+                         "Workload has no `tensor_parallel = True`); allowed with tp > 1: tp_decode")
+    from workloads.qwen2 import PRESETS, config_from_hf
+    from workloads.qwen2.parallel import plan_shard
+    m = config.model
+    try:
+        plan_shard(config_from_hf(Path(m.checkpoint) / "config.json") if m.checkpoint else PRESETS[m.preset], 0,
+                   config.tp)
+    except ValueError as exc:
+        raise UsageError(f"{config.path}: key 'tp': {exc}") from None
 
 
 def environment(device: torch.device) -> dict:
@@ -107,6 +128,10 @@ def _cuda_driver_version() -> str | None:
 
 def model_meta(config: CaptureConfig, model) -> dict:
     """meta.json's `model`: preset or checkpoint, dtype, parameter count and the full shape."""
-    return {"preset": None if config.model.checkpoint else config.model.preset,
+    meta = {"preset": None if config.model.checkpoint else config.model.preset,
             "checkpoint": config.model.checkpoint, "dtype": str(model.dtype).replace("torch.", ""),
             "parameters": model.config.parameter_count(), "config": dataclasses.asdict(model.config)}
+    shard = getattr(model, "shard", None)
+    if shard is not None and shard.size > 1:
+        meta["tensor_parallel"] = shard.as_dict(model.config)
+    return meta

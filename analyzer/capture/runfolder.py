@@ -45,6 +45,15 @@ class RunFolder:
         else:
             raise FileExistsError(f"{parent}: no free run folder name for {name}")
 
+    @classmethod
+    def attach(cls, staging: Path) -> "RunFolder":
+        """The staging folder another process made: a rank of a tensor-parallel capture writes its files into the
+        folder the launcher publishes."""
+        run = object.__new__(cls)
+        run.parent, run.staging = staging.parent, staging
+        run.name = staging.name.removeprefix(".").removesuffix(".partial")
+        return run
+
     @property
     def final(self) -> Path:
         return self.parent / self.name

@@ -19,6 +19,8 @@ class CaptureSession:
     run: RunFolder
     progress: Progress
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: this process's tensor-parallel rank (0 when the workload is not split): it names the files it writes
+    rank: int = 0
 
     @property
     def cuda(self) -> bool:
@@ -31,6 +33,13 @@ class CaptureSession:
     def file(self, name: str) -> Path:
         """Where a file of the run folder is written (in the hidden staging folder until it is published)."""
         return self.run.path(name)
+
+    def rank_file(self, name: str) -> str:
+        """This rank's file of rank 0's `name`: `rank0.trace.json.gz` -> `rank<N>.trace.json.gz`,
+        `memory_snapshot.pickle` -> `rank<N>.memory_snapshot.pickle` (rank 0 keeps the name)."""
+        if self.rank == 0:
+            return name
+        return f"rank{self.rank}.{name.removeprefix('rank0.')}"
 
     def sync(self) -> None:
         if self.cuda:
