@@ -64,6 +64,8 @@ MADS = 3.0
 MIN_SHARE_OF_STEP = 0.05
 MAD_SCALE = 1.4826
 SCHEMA = "gpu-idle-analyzer/job-report/1"
+_TEXT = {"job", "content_key", "error", "source", "step_name", "name", "pg", "kind", "title", "site", "parent"}
+_INTS = ("rank", "step", "seq", "ordinal", "bytes", "group_size", "stream", "device")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
 
@@ -82,12 +84,15 @@ def normalise(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
             df["step_ms_median"] = df["step_median_us"] / 1e3
         for col in COLUMNS[name]:
             if col not in df.columns:
-                df[col] = pd.NA
-        for col in ("rank", "step", "seq", "ordinal", "bytes", "group_size"):
-            if col in df.columns and len(df):
-                df[col] = pd.to_numeric(df[col], errors="coerce").fillna(-1).astype(np.int64)
-        if "job" in df.columns:
-            df["job"] = df["job"].astype(object).where(df["job"].notna(), "").astype(str)
+                df[col] = None if col in _TEXT else np.nan
+            elif col not in _TEXT:
+                df[col] = pd.to_numeric(df[col], errors="coerce")
+        for col in _INTS:
+            if col in df.columns:
+                df[col] = df[col].fillna(-1).astype(np.int64)
+        for col in _TEXT & set(df.columns):
+            df[col] = df[col].astype(object).where(df[col].notna(), None)
+        df["job"] = [("" if j is None else str(j)) for j in df["job"]]
         out[name] = df.reset_index(drop=True)
     return out
 
@@ -221,8 +226,9 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
     median_step = float(np.median(step_dur)) if len(step_dur) else None
     floor = MIN_SHARE_OF_STEP * median_step if median_step else 0.0
     matched, matched_by = match_collectives(coll[coll["rank"].isin(ranks)])
-    if not median_step and len(ok):  # no steps: 5% of the median span stands for the step
-        floor = MIN_SHARE_OF_STEP * float(np.nanmedian(ok["span_us"].astype(float)))
+    spans = ok["span_us"].dropna()
+    if not median_step and len(spans):  # no steps: 5% of the median span stands for the step
+        floor = MIN_SHARE_OF_STEP * float(np.median(spans))
 
     per_rank = []
     for r in ranks:
