@@ -22,6 +22,7 @@ from analyzer.report.diff import compare, render_diff_markdown
 from analyzer.report.verdict import is_improvement
 from analyzer.report.files import write_reports
 from analyzer.report.figures import mem_unit, window_start_us
+from analyzer.report.lanes_cache import load_lanes, save_lanes
 from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
                                    TimelineView)
 from analyzer.report.markdown import numbered
@@ -132,10 +133,17 @@ def annotate(analysis: Analysis, out_dir: Path | None = None) -> Path:
                            annotation_events(analysis.context, analysis.report))
 
 
-def timeline(analysis: Analysis, report: dict | None = None) -> TimelineData:
+def timeline(analysis: Analysis, report: dict | None = None, *, cache: bool = False) -> TimelineData:
     """The dashboard's lanes of an analyzed trace, from the views its analysis already computed (`report`: a report
-    of the same trace read from disk, when the analysis was made only for its context)."""
-    return TimelineData(analysis.context, report or analysis.report)
+    of the same trace read from disk, when the analysis was made only for its context). `cache`: read them from
+    beside the trace's columnar cache when they were saved for this trace and report, else build and save them."""
+    report = report or analysis.report
+    trace = Path(analysis.trace.source.trace)
+    saved = load_lanes(trace, report) if cache else None
+    data = TimelineData(analysis.context, report, saved)
+    if cache and saved is None:
+        save_lanes(trace, report, data.built())
+    return data
 
 
 def views(trace: Trace, *, user_code: tuple[str, ...] = ()) -> Analysis:

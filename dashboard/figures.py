@@ -35,6 +35,10 @@ BAR_NAME_SHARE = 0.06  # a step bar at least this share of the window wide shows
 # lane made the first paint of a 303 MB run a third slower for no smaller payload)
 HOVER_GROUPS = 4
 HOVER_GROUP_MIN = 16
+# invisible points that carry hover text: a line of width 0 is one SVG path however many points it has, where
+# invisible markers are one element each (thousands of them made up half the timeline's first draw); plotly
+# hovers and clicks on a line trace's points all the same
+HOVER_CARRIER = {"mode": "lines", "line": {"width": 0}}
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 TIME_TITLE = "time since GPU window start (ms)"
 WHITE_TEMPLATE = {"layout": pio.templates["plotly_white"].layout.to_plotly_json()}
@@ -108,8 +112,7 @@ def _lane_hover(traces: list, data: TimelineData, lv: LaneView, y: float, row: i
         groups.setdefault(key, []).append(pos)
     ranked = sorted(groups, key=lambda k: -len(groups[k]))
     tail = "<br>%{customdata:,.1f} µs at %{x:.3f} ms<extra></extra>"
-    common = {"mode": "markers", "marker": {"size": 12, "opacity": 0}, "showlegend": False, "name": lane.label,
-              "meta": {"kind": "hover", "lane": lane.key}}
+    common = {**HOVER_CARRIER, "showlegend": False, "name": lane.label, "meta": {"kind": "hover", "lane": lane.key}}
     grouped = [key for key in ranked[:HOVER_GROUPS] if len(groups[key]) >= HOVER_GROUP_MIN]
     for key in grouped:  # one trace per frequent text: each text is sent once
         pos = np.array(groups[key])
@@ -154,7 +157,7 @@ def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
     lines = "".join(f"<br>{html.escape(st)} %{{customdata[{k}]:.0%}}" for k, st in enumerate(lane.states))
     traces.append(_scatter(
         row, x=_ms((edges[keep] + edges[keep + 1]) / 2), y=np.full(len(keep), y, np.float32), customdata=custom,
-        mode="markers", marker={"size": 12, "opacity": 0}, showlegend=False, name=lane.label,
+        **HOVER_CARRIER, showlegend=False, name=lane.label,
         hovertemplate=(f"<b>{html.escape(lane.label)}</b> around %{{x:.3f}} ms (±{(edges[1] - edges[0]) / 2e6:.3g} ms)"
                        f"{lines}<br>%{{customdata[{len(lane.states)}]:,}} intervals start here: zoom in for each"
                        "<extra></extra>"),
@@ -198,8 +201,8 @@ def _memory(traces: list, data: TimelineData, view: TimelineView, row: int, high
             # the line's value at evenly spaced x, so that hovering anywhere along it reads it (a step line
             # has points only where it changes); clicking one shows the allocator's segments at that time
             traces.append(_scatter(
-                row, x=_ms(grid[inside]), y=(values[at[inside]] / div).astype(np.float32), mode="markers",
-                marker={"color": color, "size": 8, "opacity": 0}, name=name, legend="legend2", legendgroup=name,
+                row, x=_ms(grid[inside]), y=(values[at[inside]] / div).astype(np.float32), **HOVER_CARRIER,
+                name=name, legend="legend2", legendgroup=name,
                 showlegend=False, hovertemplate=f"{key} GPU {m.device}: %{{y:.2f}} {unit}<br>at %{{x:.3f}} ms"
                                                 f"<extra></extra>", customdata=[[MEMORY_POINT, m.device]] * int(inside.sum()),
                 meta={"kind": f"{key}_hover"}))
@@ -341,16 +344,17 @@ def step_groups(n_steps: int) -> list[tuple[int, int]]:
     return [(i, min(i + size, n_steps) - 1) for i in range(0, n_steps, size)]
 
 
-def steps_figure(report: dict) -> go.Figure:
-    """Stacked bars of busy and idle by cause per step (mean per step over a group when there are many)."""
+def steps_figure(report: dict) -> dict:
+    """Stacked bars of busy and idle by cause per step (mean per step over a group when there are many); a plain
+    figure dict (a go.Figure's template copies cost the page's first response a third of a second)."""
     steps = (report.get("gaps") or {}).get("per_step") or []
     if not steps:
-        fig = go.Figure()
-        fig.add_annotation(text="no steps in this trace (no ProfilerStep#N or other <label>#N annotations): nothing "
-                                "to show per step", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(template="plotly_white", height=120, font=FONT, xaxis_visible=False, yaxis_visible=False,
-                          margin={"l": 20, "r": 20, "t": 20, "b": 20})
-        return fig
+        return {"data": [], "layout": {
+            "template": WHITE_TEMPLATE, "height": 120, "font": FONT, "margin": {"l": 20, "r": 20, "t": 20, "b": 20},
+            "xaxis": {"visible": False}, "yaxis": {"visible": False},
+            "annotations": [{"text": "no steps in this trace (no ProfilerStep#N or other <label>#N annotations): "
+                                     "nothing to show per step", "showarrow": False, "x": 0.5, "y": 0.5,
+                             "xref": "paper", "yref": "paper"}]}}
     groups = step_groups(len(steps))
     names = [steps[a]["step"] if a == b else f"{steps[a]['step']} … {steps[b]['step']}" for a, b in groups]
 
@@ -359,28 +363,27 @@ def steps_figure(report: dict) -> go.Figure:
 
     series = [("busy", BUSY_COLOR, lambda s: s.get("busy_us"))]
     series += [(f"idle: {c}", CAUSE_COLORS[c], lambda s, c=c: (s.get("idle_by_cause_us") or {}).get(c))
-               for c in CAUSES]
+               for c in CAUSES if any((s.get("idle_by_cause_us") or {}).get(c) for s in steps)]  # no empty series
     per = "" if len(groups) == len(steps) else " (mean per step)"
     # Past a few dozen bars their names would overlap: the axis counts steps and the hover names them.
     by_name = len(groups) <= MAX_NAMED_STEP_BARS
     x = names if by_name else [a for a, _ in groups]
-    fig = go.Figure([go.Bar(x=x, y=mean(value), name=name, marker_color=color, customdata=groups,
-                            hovertext=names,
-                            hovertemplate=f"%{{hovertext}}<br>{name} %{{y:.3f}} ms{per}<extra></extra>")
-                     for name, color, value in series])
-    if not by_name:
-        fig.update_layout(bargap=0.1)
+    data = [{"type": "bar", "x": x, "y": mean(value), "name": name, "marker": {"color": color},
+             "customdata": groups, "hovertext": names,
+             "hovertemplate": f"%{{hovertext}}<br>{name} %{{y:.3f}} ms{per}<extra></extra>"}
+            for name, color, value in series]
     title = "Per step: GPU busy and idle by cause (click a step to zoom the timeline to it)"
     if per:
         title = (f"Per step: GPU busy and idle by cause, mean over runs of {groups[0][1] + 1} steps "
                  "(click a bar to zoom the timeline to its steps)")
-    fig.update_layout(barmode="stack", template="plotly_white", height=360, font=FONT,
-                      title={"text": title, "x": 0, "font": {"size": 15}},
-                      yaxis_title="time per step (ms)", legend={"x": 1.01, "y": 1},
-                      margin={"l": 70, "r": 20, "t": 50, "b": 60})
-    fig.update_yaxes(ticksuffix=" ms", fixedrange=True)
-    fig.update_xaxes(title_text="step" if by_name else "step number (trace order)", tickangle=0)
-    return fig
+    layout = {"barmode": "stack", "template": WHITE_TEMPLATE, "height": 360, "font": FONT,
+              "title": {"text": title, "x": 0, "font": {"size": 15}}, "legend": {"x": 1.01, "y": 1},
+              "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+              "yaxis": {"title": {"text": "time per step (ms)"}, "ticksuffix": " ms", "fixedrange": True},
+              "xaxis": {"title": {"text": "step" if by_name else "step number (trace order)"}, "tickangle": 0}}
+    if not by_name:
+        layout["bargap"] = 0.1
+    return {"data": data, "layout": layout}
 
 
 def diff_figure(d: dict) -> go.Figure:

@@ -434,7 +434,7 @@ class RunStore:
             data = self.timelines.get(key)
             if data is None:
                 with self._loads:  # the report is on disk: the views the lanes read, no detectors
-                    data = api.timeline(api.views(self._trace(run)), report)
+                    data = api.timeline(api.views(self._trace(run)), report, cache=True)
                 self.timelines.put(key, data)
         return data
 

@@ -2,6 +2,7 @@
 failure leaves no partial report; files that are not ours are never overwritten."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -54,6 +55,12 @@ def report_json_text(report: dict) -> str:
         return msgspec.json.format(compact, indent=1) + "\n"
     except msgspec.DecodeError:
         return json.dumps(report, indent=1, default=_jsonable) + "\n"
+
+
+def report_digest(report: dict) -> str:
+    """sha1 of the report's JSON: the same for the dictionary an analysis returned (numpy scalars in it) and for
+    that report read back from report.json."""
+    return hashlib.sha1(json.dumps(report, default=_jsonable).encode()).hexdigest()
 
 
 def _jsonable(value):

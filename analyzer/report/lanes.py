@@ -70,8 +70,25 @@ class Lane:
             self.merged.append((s, e, np.concatenate([[0.0], np.cumsum(e - s)[:-1]]) if len(s) else s))
 
     def nbytes(self) -> int:
-        arrays = [self.starts, self.ends, self.state, self.ref, self.reach, *(a for m in self.merged for a in m)]
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in self.arrays().values())
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything the lane holds as named arrays (what analyzer.report.lanes_cache saves)."""
+        out = {f: getattr(self, f) for f in ("starts", "ends", "state", "ref", "reach")}
+        for k, (s, e, before) in enumerate(self.merged):
+            out.update({f"merged{k}.starts": s, f"merged{k}.ends": e, f"merged{k}.before": before})
+        return out
+
+    @classmethod
+    def restore(cls, key: str, label: str, kind: str, states: tuple[str, ...], arrays: dict) -> "Lane":
+        """A lane from its `arrays()`, already sorted and merged (no __post_init__)."""
+        lane = cls.__new__(cls)
+        lane.key, lane.label, lane.kind, lane.states = key, label, kind, tuple(states)
+        for f in ("starts", "ends", "state", "ref", "reach"):
+            setattr(lane, f, arrays[f])
+        lane.merged = [tuple(arrays[f"merged{k}.{f}"] for f in ("starts", "ends", "before"))
+                       for k in range(len(states))]
+        return lane
 
     def visible(self, lo: float, hi: float) -> np.ndarray:
         i0 = int(np.searchsorted(self.reach, lo, side="right"))
@@ -182,10 +199,15 @@ def thin_curve(ts: np.ndarray, values: np.ndarray, lo: float, hi: float, bins: i
     return idx[keep]
 
 
+BUILT = ("gpu_lanes", "cpu_lanes", "sync_rows", "alloc_rows", "memory", "memory_source")
+
+
 class TimelineData:
     """One run's lanes, markers and memory curves, built once from the trace model and kept in the LRU."""
 
-    def __init__(self, ctx: AnalysisContext, report: dict):
+    def __init__(self, ctx: AnalysisContext, report: dict, saved: dict | None = None):
+        """`saved`: what `built()` returned for the same trace and report (analyzer.report.lanes_cache keeps it
+        beside the trace's columnar cache), so that a fresh process skips the idle pieces and the lane merges."""
         model = ctx.model
         self.model = model
         self.ctx = ctx
@@ -195,16 +217,21 @@ class TimelineData:
         self._ops: dict[int, str] = {}
         self.steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s.get("ts_us") is not None]
         self.requests = (report.get("serving") or {}).get("requests") or []
-        classes, blocking = ctx.runtime_classes, ctx.blocking
-        self.gpu_lanes = [self._steps_lane(), *self._request_lanes(), *self._device_and_stream_lanes()]
-        self.cpu_lanes = self._cpu_lanes(classes, blocking)
+        if saved is None:
+            classes, blocking = ctx.runtime_classes, ctx.blocking
+            self.gpu_lanes = [self._steps_lane(), *self._request_lanes(), *self._device_and_stream_lanes()]
+            self.cpu_lanes = self._cpu_lanes(classes, blocking)
+            self.sync_rows = np.flatnonzero(blocking)
+            self.alloc_rows = np.flatnonzero(classes == apis.IS_ALLOC)
+            self.memory = self._memory()
+        else:
+            for name in BUILT:
+                setattr(self, name, saved[name])
+            self._sites.update(saved["sites"])
         rt = model.runtime
-        self.sync_rows = np.flatnonzero(blocking)
-        self.alloc_rows = np.flatnonzero(classes == apis.IS_ALLOC)
         self._rt_starts = self._rel(rt.start_ns)
         self._rt_ends = self._rel(rt.end_ns)
         self.report_allocator = report.get("allocator") or {}
-        self.memory = self._memory()
         self.reserved_peak_bytes = max([int((report.get("allocator") or {}).get("reserved_peak_bytes") or 0)]
                                        + [int(m.reserved.max()) for m in self.memory if len(m.reserved)])
         spans = [(lane.starts[0], lane.reach[-1]) for lane in self.lanes if len(lane.starts)]
@@ -214,6 +241,15 @@ class TimelineData:
     @property
     def lanes(self) -> list[Lane]:
         return self.gpu_lanes + self.cpu_lanes
+
+    def built(self) -> dict:
+        """What the constructor computed from the views (the `saved` of another TimelineData of this trace), and
+        the call sites of the markers the whole trace's view shows (their hover would otherwise build the frame
+        index: a third of a second of a 1M-event run's first paint)."""
+        lo, hi = self.full_range()
+        shown = np.concatenate([self._markers(rows, lo, hi).rows for rows in (self.sync_rows, self.alloc_rows)])
+        return {**{name: getattr(self, name) for name in BUILT},
+                "sites": {int(r): self.site(int(r)) for r in shown.tolist()}}
 
     def nbytes(self) -> int:
         model_bytes = sum(getattr(getattr(self.model, f.name), c.name).nbytes

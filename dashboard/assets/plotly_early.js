@@ -1,0 +1,38 @@
+// plotly.js (4.8 MB) is fetched by dcc.Graph only when a page's first graph mounts, i.e. after the server has
+// answered the page's callback; evaluating it takes 0.3-1 s more before the timeline can be drawn. On the pages
+// with graphs, start it as soon as that callback is sent, so that it loads while the server works. Until it has
+// loaded, window.Plotly is a promise of it: dcc.Graph loads plotly through Promise.resolve(window.Plotly || ...),
+// so it waits for this one instead of loading a second copy.
+(function () {
+  "use strict";
+  if (!/^\/(run|diff)(\/|$)/.test(window.location.pathname) || window.Plotly) {
+    return;
+  }
+  var plotly, pending, started = false;
+  var fetch = window.fetch;
+
+  function start() {
+    started = true;
+    var script = document.createElement("script");
+    script.src = window._dashPlotlyJSURL || "/_dash-component-suites/plotly/package_data/plotly.min.js";
+    script.async = true;
+    pending = new Promise(function (resolve) {
+      script.onload = script.onerror = function () { pending = undefined; resolve(plotly); };
+    });
+    document.head.appendChild(script);
+  }
+
+  Object.defineProperty(window, "Plotly", {
+    configurable: true,
+    enumerable: true,
+    get: function () { return plotly || pending; },
+    set: function (value) { plotly = value; },
+  });
+  window.fetch = function (resource) {
+    var url = typeof resource === "string" ? resource : (resource && resource.url) || "";
+    if (!started && url.indexOf("_dash-update-component") !== -1) {
+      start();
+    }
+    return fetch.apply(this, arguments);
+  };
+})();
