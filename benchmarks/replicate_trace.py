@@ -34,6 +34,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from analyzer.views.collectives import COMM_KERNEL, collective_name
+
 _STEP = re.compile(r"^(\w+)#(\d+)$")
 ID_KEYS = ("correlation", "External id", "Python id", "Python parent id", "Ev Idx", "Record function id")
 
@@ -97,8 +99,6 @@ def replicate(source: Path, out_trace: Path, size_mb: float) -> dict:
     return {"copies": copies, "events": copies * len(body) + len(meta_events), "bytes": out_trace.stat().st_size}
 
 
-_COMM_KERNEL = re.compile(r"(?:nccl|rccl|msccl)", re.IGNORECASE)
-_KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl|msccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 _KERNEL_DTYPE = {"float": "Float", "f32": "Float", "half": "Half", "f16": "Half", "bf16": "BFloat16",
                  "__nv_bfloat16": "BFloat16", "double": "Double", "f64": "Double", "int64_t": "Long", "i64": "Long"}
@@ -145,10 +145,9 @@ def _collective_args(events: list, comm: list, world_size: int) -> None:
         i = bisect.bisect_right(starts[key], launch["ts"]) - 1 if rows else -1
         if i < 0 or rows[i]["ts"] + rows[i].get("dur", 0) < launch["ts"]:
             continue
-        m = _KERNEL_COLLECTIVE.search(k["name"])
         dtype = next((v for key, v in _KERNEL_DTYPE.items() if re.search(rf"[_(]{re.escape(key)}\b", k["name"])),
                      "Float")
-        rows[i]["args"] = {**(rows[i].get("args") or {}), "Collective name": (m.group(1) if m else "all_reduce").lower(),
+        rows[i]["args"] = {**(rows[i].get("args") or {}), "Collective name": collective_name(k["name"]),
                            "Seq": seq, "Process Group Name": "0", "Process Group Desc": "default_pg",
                            "Group size": world_size, "dtype": dtype}
         k["_seq"] = seq
@@ -164,14 +163,15 @@ def _moved(e: dict, edits: list[tuple[float, float]], skew: float, stretch: dict
     e2 = dict(e)
     e2.pop("_seq", None)
     dur = e.get("dur")
-    shift = sum(ms for at, ms in edits if ts >= at) * 1e3
-    if isinstance(dur, (int, float)):
-        grow = stretch.get(id(e), 0.0)
-        if not _is_gpu_work(e):
-            grow += sum(ms for at, ms in edits if ts < at < ts + dur) * 1e3
-        if grow:
-            e2["dur"] = round(dur + grow, 3)
-    e2["ts"] = round(ts + shift + skew, 3)
+    shift, grow = skew, stretch.get(id(e), 0.0)
+    for at, ms in edits:
+        if ts >= at:
+            shift += ms * 1e3
+        elif isinstance(dur, (int, float)) and ts + dur > at and not _is_gpu_work(e):
+            grow += ms * 1e3
+    if grow:
+        e2["dur"] = round(dur + grow, 3)
+    e2["ts"] = round(ts + shift, 3)
     return e2
 
 
@@ -189,30 +189,32 @@ def _kept(events: list, steps: tuple[int, int] | None, flows: bool) -> list:
     return [e for e in events if not isinstance(e.get("ts"), (int, float)) or lo <= e["ts"] < hi]
 
 
-def replicate_ranks(source: Path, out_dir: Path, ranks: int, *, skew_ms: float = 2.5,
+def replicate_ranks(source: Path | dict, out_dir: Path, ranks: int, *, skew_ms: float = 2.5,
                     straggler: tuple[int, int, float] | None = None, slow: tuple[int, float] | None = None,
                     steps: tuple[int, int] | None = None, flows: bool = True) -> dict:
     """A synthetic job of `ranks` rank files from one real trace (see the module's docstring). `steps` keeps only
     steps FIRST..LAST of the source (smaller files; step indices then count from FIRST), `flows=False` drops the
-    ac2g arrows. Returns what was planted."""
-    data = _load(source)
+    ac2g arrows. `source` may be a trace already read (`_load`), to make several jobs of one. Returns what was
+    planted."""
+    data = source if isinstance(source, dict) else _load(source)
+    label = data.get("traceName", "trace") if isinstance(source, dict) else source
     events = _kept([e for e in data["traceEvents"] if isinstance(e, dict)], steps, flows)
     comm = sorted((e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"
-                   and _COMM_KERNEL.search(str(e.get("name", "")))), key=lambda e: e["ts"])
+                   and COMM_KERNEL.search(str(e.get("name", "")))), key=lambda e: e["ts"])
     if (straggler or slow) and not comm:
-        raise SystemExit(f"{source}: has no collective kernels (NCCL/RCCL) to plant a straggler or a slow one in")
+        raise SystemExit(f"{label}: has no collective kernels (NCCL/RCCL) to plant a straggler or a slow one in")
     _collective_args(events, comm, ranks)
     starts = _step_starts(events)
 
     def first_comm_after(t: float) -> dict:
         hit = next((k for k in comm if k["ts"] >= t), None)
         if hit is None:
-            raise SystemExit(f"{source}: no collective kernel after {t} µs")
+            raise SystemExit(f"{label}: no collective kernel after {t} µs")
         return hit
 
     def step_start(k: int) -> float:
         if not 0 <= k < len(starts):
-            raise SystemExit(f"{source}: step {k} out of range (the trace has {len(starts)} steps)")
+            raise SystemExit(f"{label}: step {k} out of range (the trace has {len(starts)} steps)")
         return starts[k]
 
     planted = {"ranks": ranks, "skew_ms": skew_ms, "steps": len(starts)}

@@ -43,9 +43,10 @@ def jobs(tmp_path_factory):
     step 2 slow by 25 ms on every rank. Job `even`: 3 ranks, 2 steps, only clock skew."""
     rep = _replicate()
     root = tmp_path_factory.mktemp("jobs")
-    planted = rep.replicate_ranks(DDP, root / "late", RANKS, skew_ms=3.0, straggler=(2, 1, DELAY_MS),
+    source = rep._load(DDP)  # read once, replicated twice
+    planted = rep.replicate_ranks(source, root / "late", RANKS, skew_ms=3.0, straggler=(2, 1, DELAY_MS),
                                   slow=(2, SLOW_MS), steps=(1, 3), flows=False)
-    rep.replicate_ranks(DDP, root / "even", RANKS, skew_ms=4.0, steps=(1, 2), flows=False)
+    rep.replicate_ranks(source, root / "even", RANKS, skew_ms=4.0, steps=(1, 2), flows=False)
     tables = {}
     for name in ("late", "even"):
         one = job_tables_from_traces(sorted((root / name).glob("rank*.trace.json.gz")))

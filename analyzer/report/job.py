@@ -234,8 +234,7 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
     for r in ranks:
         t = ok[ok["rank"] == r].iloc[0]
         mine = matched[matched["rank"] == r]
-        f = findings[(findings["rank"] == r) & findings["parent"].isna()]
-        top = f.sort_values("gpu_idle_us", ascending=False).iloc[0] if len(f) else None
+        top = _top_finding(findings, r)
         busy = _num(t["busy_us"])
         per_rank.append({
             "rank": r, "source": _str(t["source"]), "utilization": _num(t["utilization"]), "span_us": _num(t["span_us"]),
@@ -306,12 +305,17 @@ def _cause(steps: pd.DataFrame, findings: pd.DataFrame, rank: int, late_steps: l
     others = in_steps[in_steps["rank"] != rank].groupby("rank")[cols].sum().astype(float)
     excess = (mine - (others.median() if len(others) else 0.0)).dropna()
     best = excess.idxmax() if len(excess) else None
-    f = findings[(findings["rank"] == rank) & findings["parent"].isna()]
-    top = f.sort_values("gpu_idle_us", ascending=False).iloc[0] if len(f) else None
+    top = _top_finding(findings, rank)
     return {"idle_cause": best.removeprefix("idle_").removesuffix("_us") if best else None,
             "idle_excess_us": round(float(excess[best]), 3) if best else None,
             "top_finding": None if top is None else f"{_str(top['title'])}" + (f" at {top['site']}"
                                                                                  if _str(top["site"]) else "")}
+
+
+def _top_finding(findings: pd.DataFrame, rank: int):
+    """The rank's top-level finding with the most GPU idle (a row), or None."""
+    f = findings[(findings["rank"] == rank) & findings["parent"].isna()]
+    return f.sort_values("gpu_idle_us", ascending=False).iloc[0] if len(f) else None
 
 
 def _slow_collectives(matched: pd.DataFrame, floor: float, limit: int = 20) -> list[dict]:
