@@ -46,15 +46,16 @@ def expand(paths: list[str], job: str | None = None) -> list[FleetInput]:
             found.setdefault(item.trace.resolve(), (source, item))
     if not found:
         raise UsageError(f"{' '.join(paths)}: no traces found (*.json, *.json.gz)")
-    rank_files: dict[Path, int] = {}
+    folders: dict[Path, list[str]] = {}  # folder -> the names of its traces, listed once
     out = []
     for source, item in found.values():
         folder = item.trace.parent
-        if folder not in rank_files:
-            rank_files[folder] = sum(1 for p in folder.iterdir() if _is_input(p) and RANK_IN_NAME.search(p.name))
+        if folder not in folders:
+            folders[folder] = [p.name for p in folder.iterdir() if _is_input(p)]
         m = RANK_IN_NAME.search(item.trace.name)
-        out.append(FleetInput(source=source, trace=item, job=job or _job_name(item),
-                              rank_hint=int(m.group(1)) if m else None, world_hint=rank_files[folder] or None,
+        rank_files = sum(1 for name in folders[folder] if RANK_IN_NAME.search(name))
+        out.append(FleetInput(source=source, trace=item, job=job or _job_name(item, len(folders[folder])),
+                              rank_hint=int(m.group(1)) if m else None, world_hint=rank_files or None,
                               size=item.trace.stat().st_size, content_key=content_key(item.trace)))
     return out
 
@@ -84,13 +85,11 @@ def _is_input(path: Path) -> bool:
     return api.is_trace_file(path) and ".annotated." not in path.name
 
 
-def _job_name(item: api.TraceInput) -> str:
+def _job_name(item: api.TraceInput, traces_in_folder: int) -> str:
     """The run folder's name for a rank file, a run's trace (meta.json beside it) or a folder's only trace; else
     (a folder of unrelated traces) the trace's own name."""
-    folder = item.trace.parent
-    alone = sum(1 for p in folder.iterdir() if _is_input(p)) == 1
-    if RANK_IN_NAME.search(item.trace.name) or item.meta or alone:
-        return folder.resolve().name
+    if RANK_IN_NAME.search(item.trace.name) or item.meta or traces_in_folder == 1:
+        return item.trace.parent.resolve().name
     return api.trace_stem(item.trace)
 
 
