@@ -77,8 +77,9 @@ def normalise(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     for name in TABLES:
         df = tables.get(name)
         df = pd.DataFrame() if df is None else df.copy()
-        if name == "steps" and "position" in df.columns:  # the dataset: step is the label, position the index
-            df = df.rename(columns={"step": "step_name"}).rename(columns={"position": "step"})
+        if name == "steps" and "position" in df.columns:  # the dataset: position the index, step the label
+            df = df.rename(columns={"step_name": "step_word"}).rename(columns={"step": "step_name"}).rename(
+                columns={"position": "step"})
         df = df.rename(columns={k: v for k, v in ALIASES.get(name, {}).items() if k in df.columns and v not in df})
         if name == "traces" and "step_ms_median" not in df.columns and "step_median_us" in df.columns:
             df["step_ms_median"] = df["step_median_us"] / 1e3
