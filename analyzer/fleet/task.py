@@ -17,8 +17,7 @@ from analyzer.fleet.inputs import FleetInput, rank_of
 def analyze_one(item: FleetInput, out_dir: str) -> dict:
     started = time.perf_counter()
     base = {"source": item.source, "content_key": item.content_key, "bytes": item.size,
-            "trace_mtime": dt.datetime.fromtimestamp(item.trace.trace.stat().st_mtime, dt.timezone.utc),
-            "analyzer_version": tables.version()}
+            "trace_mtime": _mtime(item.trace.trace), "analyzer_version": tables.version()}
     rank, world = rank_of(item, None)
     try:
         trace = api.load(item.trace)
@@ -50,6 +49,13 @@ def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:
                      comm_overlap_us=totals.get("overlap_us"))
     frame = collective_table(analysis.context)
     return {"collectives": tables.frame_rows(frame, {"content_key": trace_row["content_key"]}, "collectives")}
+
+
+def _mtime(path: Path) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+    except OSError:  # gone since it was listed: its load says so in the error row
+        return None
 
 
 def _one_line(exc: Exception) -> str:
