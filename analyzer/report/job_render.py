@@ -32,9 +32,9 @@ def _straggler_lines(job: dict) -> list[str]:
         else:
             what = (f"rank {s['rank']}'s {_steps_text(job, s['steps'])} took {fmt_ms(s['step_excess_us'])} ms "
                     f"longer than the other ranks'")
-        if cause.get("idle_cause"):
+        if cause.get("idle_cause") and (cause.get("idle_excess_us") or 0) > 0:
             what += (f"; on that rank: {fmt_ms(cause['idle_excess_us'])} ms more GPU idle than the others, mostly "
-                     f"`{cause['idle_cause']}`")
+                     f"{cause['idle_cause']}")
         if cause.get("top_finding"):
             what += f"; its top finding: {cause['top_finding']}"
         out.append(what)
@@ -123,7 +123,7 @@ def _heatmap_figure(job: dict) -> dict:
     hm = job["heatmap"]
     z = [[None if v is None else round(v / 1e3, 3) for v in row] for row in hm["idle_us"]]
     return {"data": [{"type": "heatmap", "z": z, "x": hm["step_names"], "y": [f"rank {r}" for r in hm["ranks"]],
-                      "colorscale": "YlOrRd", "colorbar": {"title": {"text": "idle ms"}},
+                      "colorscale": "YlOrRd", "reversescale": True, "colorbar": {"title": {"text": "idle ms"}},
                       "hovertemplate": "%{y} · %{x}<br>GPU idle %{z:.2f} ms<extra></extra>"}],
             "layout": {"height": max(220, 60 + 22 * len(hm["ranks"])), "margin": {"l": 70, "r": 20, "t": 10, "b": 60},
                        "xaxis": {"title": {"text": "step"}, "type": "category"},
