@@ -118,3 +118,17 @@ def test_h200_fixtures_have_no_collectives(fixture):
 ])
 def test_collective_names(kernel, name):
     assert collective_name(kernel) == name
+
+
+@needs_external
+def test_comm_op_args_are_read_whole_across_chunk_boundaries(monkeypatch):
+    """record_param_comms args (torch >= 2.1: Collective name, In msg nelems, Group size, ...) against the raw events,
+    read with chunks far smaller than the file, so that many events straddle a chunk's end."""
+    from analyzer.views import collectives
+    raw = {e["args"]["External id"]: e["args"] for e in raw_events(RESNET_DDP) if e.get("name") == "record_param_comms"}
+    assert len(raw) == 45 and all("Collective name" in a for a in raw.values())
+    collectives._scan_args.cache_clear()
+    monkeypatch.setattr(collectives, "_SCAN_CHUNK", 40_000)
+    monkeypatch.setattr(collectives, "_SCAN_OVERLAP", 4_000)
+    assert collectives.comm_op_args(str(RESNET_DDP)) == raw
+    collectives._scan_args.cache_clear()
