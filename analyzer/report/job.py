@@ -12,9 +12,10 @@ The dataset's own column names (position, ts_us, wall_us, busy_us, call_site, im
 accepted too (`normalise`).
 
 The rules, each robust to a few odd values (MAD: median absolute deviation, scaled by 1.4826 to a standard deviation):
-- **Matching a collective across ranks**: by (process group, Seq) when every rank's collectives carry Seq
-  (record_param_comms, torch >= 2.1); else by (process group, step, ordinal in the step), since every rank issues a
-  group's collectives in the same order.
+- **Matching a collective across ranks**: by (process group, collective, Seq) when every rank's collectives carry
+  Seq (record_param_comms, torch >= 2.1; the group is named with its ranks where the trace lists them); else by
+  (process group, step, ordinal in the step), since every rank issues a group's collectives in the same order.
+  A send and its recv are not matched (their kernels differ in name): point-to-point waits are not measured.
 - **Wait inside a collective**: a collective's kernel on one rank lasts from that rank's arrival until the last rank
   has arrived, plus the transfer. So the rank that arrived last has the shortest kernel, and for each matched
   collective: wait on rank r = its duration - the shortest duration across ranks; arrival lateness of rank r
@@ -196,7 +197,7 @@ def match_collectives(coll: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         return coll.assign(key=pd.Series(dtype=object), wait_us=pd.Series(dtype=float),
                            late_us=pd.Series(dtype=float)), "none"
     by_seq = bool((coll["seq"] >= 0).all())
-    cols = ["pg", "seq"] if by_seq else ["pg", "step", "ordinal"]
+    cols = ["pg", "name", "seq"] if by_seq else ["pg", "step", "ordinal"]  # name: P2P ops count their own Seq
     df = coll.copy()
     df["key"] = list(zip(*(df[c] for c in cols)))
     df = df.drop_duplicates(["rank", "key"])

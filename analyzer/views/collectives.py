@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -155,6 +156,18 @@ def _as_int(value, default: int = -1) -> int:
     return default
 
 
+def _pg_label(args: dict) -> str | None:
+    """The process group: its name, and its ranks where the trace lists them (torch names groups by creation order,
+    so two disjoint subgroups can share a name); a long list is shortened to a digest, the same on every rank."""
+    name = args.get("Process Group Name", args.get("Process Group ID"))
+    ranks = args.get("Process Group Ranks")
+    if name is None:
+        return None
+    if not isinstance(ranks, str) or not ranks:
+        return str(name)
+    return f"{name} {ranks}" if len(ranks) <= 40 else f"{name} ranks#{hashlib.sha1(ranks.encode()).hexdigest()[:8]}"
+
+
 def collective_table(ctx) -> pd.DataFrame:
     """One row per collective kernel on the GPU, in start order; see the module's docstring for the columns' rules.
     `ordinal` is the collective's position among its process group's collectives in its step (in the trace when it
@@ -188,9 +201,9 @@ def collective_table(ctx) -> pd.DataFrame:
                 continue
             seq[i] = _as_int(args.get("Seq"))
             size[i] = _as_int(args.get("Group size"))
-            group = args.get("Process Group Name", args.get("Process Group ID"))
-            if group is not None:
-                pg[i] = str(group)
+            label = _pg_label(args)
+            if label is not None:
+                pg[i] = label
             if isinstance(args.get("Collective name"), str) and args["Collective name"]:
                 kernel_names[i] = _normalised(args["Collective name"])
             elems = max(_as_int(args.get("In msg nelems")), _as_int(args.get("Out msg nelems")))
