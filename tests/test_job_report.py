@@ -190,3 +190,16 @@ def test_normalise_fills_missing_columns():
     assert t["traces"]["rank"].tolist() == [3] and "comm_us" in t["traces"] and t["steps"].empty
     summary = job_summary(t["traces"], t["steps"], t["collectives"], t["findings"])
     assert summary["jobs"][0]["stragglers"] == [] and summary["population"] == []
+
+
+def test_a_rank_claimed_twice_is_reported_and_counted_once(jobs):
+    _, _, tables = jobs
+    twice = {}
+    for name, df in tables.items():
+        again = df[(df["job"] == "late") & (df["rank"] == 1)].assign(content_key="another window")
+        twice[name] = pd.concat([df, again], ignore_index=True)
+    late = _job(job_summary(**twice), "late")
+    assert late["duplicate_ranks"] == [1] and late["ranks"] == [0, 1, 2]
+    assert [s["rank"] for s in late["stragglers"]] == [2]
+    assert [r["wait_us"] for r in late["per_rank"]] == [r["wait_us"] for r in _job(job_summary(**tables),
+                                                                                     "late")["per_rank"]]

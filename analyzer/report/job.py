@@ -37,6 +37,7 @@ The rules, each robust to a few odd values (MAD: median absolute deviation, scal
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -130,20 +131,23 @@ def trace_tables(context, report: dict, *, job: str, rank: int, source: str, con
 
 def job_tables_from_traces(paths, *, job: str | None = None) -> dict[str, pd.DataFrame]:
     """Analyse each trace file (the single-trace path: load, AnalysisContext, report) and return the four tables.
-    The job is `job`, else each file's folder name; the rank is distributedInfo.rank, else `rank<N>` in the file name,
+    The job is `job`, else the folder's name for a rank file (`rank<N>` in its name), else the trace's name; the rank is distributedInfo.rank, else `rank<N>` in the file name,
     else its place in `paths`. A trace that cannot be analysed is a traces row with its error."""
     from analyzer.report.assemble import assemble_report
     from analyzer.trace import TraceError, load_trace
+    from analyzer.trace.cache import fingerprint
+    from analyzer.trace.inputs import trace_stem
     from analyzer.views.context import AnalysisContext
     parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
     for i, path in enumerate(Path(p) for p in paths):
         name_rank = _RANK_IN_NAME.search(path.name)
         rank = int(name_rank.group(1)) if name_rank else i
-        job_name = job or path.resolve().parent.name
+        job_name = job or (path.resolve().parent.name if name_rank else trace_stem(path))
         try:
+            key = hashlib.sha1(json.dumps(fingerprint(path), sort_keys=True).encode()).hexdigest()[:20]
             model = load_trace(path)
         except (TraceError, OSError) as exc:
-            parts["traces"].append(pd.DataFrame([{"job": job_name, "rank": rank, "content_key": "",
+            parts["traces"].append(pd.DataFrame([{"job": job_name, "rank": rank, "content_key": str(path),
                                                   "error": str(exc).splitlines()[0][:500], "source": str(path)}]))
             continue
         info = model.metadata.get("distributedInfo") or {}
@@ -152,7 +156,7 @@ def job_tables_from_traces(paths, *, job: str | None = None) -> dict[str, pd.Dat
         context = AnalysisContext(model)
         with np.errstate(all="ignore"):
             report = assemble_report(context, path, 0.0)
-        rows = trace_tables(context, report, job=job_name, rank=rank, source=str(path),
+        rows = trace_tables(context, report, job=job_name, rank=rank, source=str(path), content_key=key,
                             world_size=info.get("world_size") if isinstance(info.get("world_size"), int) else None)
         for t in TABLES:
             parts[t].append(rows[t])
@@ -222,6 +226,12 @@ def _stats(values) -> dict:
 def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.DataFrame,
                  findings: pd.DataFrame) -> dict:
     ok = traces[traces["error"].isna()] if len(traces) else traces
+    duplicates = sorted(int(r) for r in ok.loc[ok["rank"].duplicated(), "rank"].unique())
+    if duplicates:  # two traces claim one rank (two windows of a run, or unrelated traces): keep the first of each
+        ok = ok.drop_duplicates("rank")
+        keys = set(zip(ok["rank"], ok["content_key"]))
+        keep = lambda df: df[[k in keys for k in zip(df["rank"], df["content_key"])]]  # noqa: E731
+        steps, coll, findings = keep(steps), keep(coll), keep(findings)
     ranks = sorted(int(r) for r in ok["rank"].unique())
     steps = steps[steps["rank"].isin(ranks)]
     step_dur = steps["dur_us"].astype(float)
@@ -258,7 +268,7 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
                "idle_us": [[None if pd.isna(v) else round(float(v), 3) for v in row] for row in grid.to_numpy()]}
     stragglers = _stragglers(steps, matched, findings, ranks, floor)
     return {"job": job, "world_size": _world(ok, ranks), "ranks": ranks, "traces": int(len(traces)),
-            "failed": int(len(traces) - len(ok)), "median_step_us": round(median_step, 3) if median_step else None,
+            "failed": int((traces["error"].notna()).sum()), "duplicate_ranks": duplicates, "median_step_us": round(median_step, 3) if median_step else None,
             "threshold_us": round(floor, 3), "per_rank": per_rank, "heatmap": heatmap,
             "collectives": {"matched_by": matched_by, "matched": int(matched["key"].nunique()) if len(matched) else 0,
                             "wait_us": round(float(matched["wait_us"].sum()), 3) if len(matched) else 0.0},
