@@ -70,6 +70,9 @@ def _job_facts(job: dict) -> str:
         facts.append(f"{plural(c['matched'], 'collective')} matched across ranks by "
                      f"{'Seq' if c['matched_by'] == 'seq' else 'order in the step'}, "
                      f"{fmt_ms(c['wait_us'])} ms spent waiting for late ranks")
+    if job.get("duplicate_ranks"):
+        facts.append(f"rank {', '.join(map(str, job['duplicate_ranks']))} claimed by more than one trace "
+                     f"(the first of each kept)")
     if job["failed"]:
         facts.append(f"{plural(job['failed'], 'trace')} could not be analysed")
     return " · ".join(facts)
