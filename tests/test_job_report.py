@@ -203,3 +203,17 @@ def test_a_rank_claimed_twice_is_reported_and_counted_once(jobs):
     assert [s["rank"] for s in late["stragglers"]] == [2]
     assert [r["wait_us"] for r in late["per_rank"]] == [r["wait_us"] for r in _job(job_summary(**tables),
                                                                                      "late")["per_rank"]]
+
+
+def test_two_ranks_one_late_in_every_step(jobs):
+    """Two ranks, rank 1 late by 30 ms at the first collective of every step (rank 0 waits there): with two ranks
+    half of the (rank, step) values are late, so only the per-collective baseline (aligned again after the first
+    collective) can tell. Made from the `even` job's tables by lengthening rank 0's waiting kernels."""
+    _, _, tables = jobs
+    two = {name: df[(df["job"] == "even") & (df["rank"] < 2)].copy() for name, df in tables.items()}
+    coll = two["collectives"]
+    first = (coll["rank"] == 0) & (coll["ordinal"] == 0)
+    coll.loc[first, "dur_us"] += DELAY_MS * 1e3
+    even = _job(job_summary(**two), "even")
+    assert [(s["rank"], s["steps"]) for s in even["stragglers"]] == [(1, [0, 1])]
+    assert even["stragglers"][0]["late_us"] == pytest.approx(DELAY_MS * 1e3, rel=0.01)

@@ -24,8 +24,11 @@ The rules, each robust to a few odd values (MAD: median absolute deviation, scal
   we look for (milliseconds of skew are common without PTP); a duration needs no common clock. It assumes the
   transfer takes as long on every rank, true for ring/tree all-reduce and all-gather of equal shards.
 - **Straggler (late arrival)**: per (rank, step), its lateness = the largest arrival lateness among its collectives
-  in the step. A (rank, step) is late when its lateness exceeds the median of all (rank, step) latenesses of the job
-  by more than 3 MADs and by more than 5% of the job's median step time.
+  in the step. A (rank, step) is late when its lateness exceeds the median lateness of all the job's matched
+  collectives (on every rank) by more than 3 MADs of them and by more than 5% of the job's median step time. The
+  baseline is per collective, not per (rank, step): a delay is absorbed by the first collective after it and the
+  ranks are aligned again for the rest, so most collectives show only the jitter, even in a 2-rank job whose one
+  rank is late in every step.
 - **Straggler (step time)**: per (rank, step), the step's time minus the median over ranks of that step; the same
   rule (> 3 MADs above the median of these residuals and > 5% of the median step). Needs 3 or more ranks.
 - **Cause on the straggler**: in its late steps, the idle cause whose time on that rank exceeds the other ranks'
@@ -184,12 +187,15 @@ def read_dataset(out_dir: Path) -> dict[str, pd.DataFrame]:
 
 # ---------------------------------------------------------------- rules
 
-def _robust_outliers(values: np.ndarray, floor: float) -> tuple[np.ndarray, float, float]:
-    """Bool per value: above the median by more than MADS scaled MADs and more than `floor`; and (median, MAD)."""
-    if not len(values):
-        return np.zeros(0, bool), 0.0, 0.0
-    med = float(np.median(values))
-    mad = float(np.median(np.abs(values - med))) * MAD_SCALE
+def _robust_outliers(values: np.ndarray, floor: float, baseline: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, float, float]:
+    """Bool per value: above the median of `baseline` (default: the values) by more than MADS scaled MADs and more
+    than `floor`; and that (median, MAD)."""
+    base = values if baseline is None else baseline
+    if not len(values) or not len(base):
+        return np.zeros(len(values), bool), 0.0, 0.0
+    med = float(np.median(base))
+    mad = float(np.median(np.abs(base - med))) * MAD_SCALE
     excess = values - med
     return (excess > MADS * mad) & (excess > floor), med, mad
 
@@ -280,11 +286,11 @@ def _stragglers(steps: pd.DataFrame, matched: pd.DataFrame, findings: pd.DataFra
     flagged: dict[int, dict] = {}
     if len(matched):
         late = matched.groupby(["rank", "step"])["late_us"].max().reset_index()
-        hit, med, _ = _robust_outliers(late["late_us"].to_numpy(float), floor)
+        # the noise: every matched collective's lateness (most come after the ranks realigned, so ~0 plus jitter)
+        hit, med, _ = _robust_outliers(late["late_us"].to_numpy(float), floor, matched["late_us"].to_numpy(float))
         for row in late[hit].itertuples():
             others = matched[(matched["step"] == row.step) & (matched["rank"] != row.rank)]
-            entry = flagged.setdefault(int(row.rank), {"rank": int(row.rank), "steps": [], "late_us": 0.0,
-                                                       "others_waited_us": 0.0, "step_excess_us": 0.0})
+            entry = _flag(flagged, int(row.rank))
             entry["steps"].append(int(row.step))
             entry["late_us"] = round(max(entry["late_us"], float(row.late_us) - med), 3)
             per_rank_wait = others.groupby("rank")["wait_us"].sum()
@@ -294,8 +300,7 @@ def _stragglers(steps: pd.DataFrame, matched: pd.DataFrame, findings: pd.DataFra
         resid = steps["dur_us"].astype(float) - steps.groupby("step")["dur_us"].transform("median").astype(float)
         hit, _, _ = _robust_outliers(resid.to_numpy(float), floor)
         for (_, row), excess in zip(steps[hit].iterrows(), resid[hit]):
-            entry = flagged.setdefault(int(row["rank"]), {"rank": int(row["rank"]), "steps": [], "late_us": 0.0,
-                                                          "others_waited_us": 0.0, "step_excess_us": 0.0})
+            entry = _flag(flagged, int(row["rank"]))
             if int(row["step"]) not in entry["steps"]:
                 entry["steps"].append(int(row["step"]))
             entry["step_excess_us"] = round(max(entry["step_excess_us"], float(excess)), 3)
@@ -306,6 +311,11 @@ def _stragglers(steps: pd.DataFrame, matched: pd.DataFrame, findings: pd.DataFra
         entry["cause"] = _cause(steps, findings, r, entry["steps"])
         out.append(entry)
     return sorted(out, key=lambda e: -(e["late_us"] or e["step_excess_us"]))
+
+
+def _flag(flagged: dict[int, dict], rank: int) -> dict:
+    return flagged.setdefault(rank, {"rank": rank, "steps": [], "late_us": 0.0, "others_waited_us": 0.0,
+                                     "step_excess_us": 0.0})
 
 
 def _cause(steps: pd.DataFrame, findings: pd.DataFrame, rank: int, late_steps: list[int]) -> dict:
