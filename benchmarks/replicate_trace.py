@@ -20,6 +20,9 @@ by its own skew, and optionally
   collective ends when the last rank has arrived: duration = transfer + latest arrival - this rank's arrival);
 - a slow collective `STEP:MS`: the first collective kernel of that step lasts MS longer on every rank (a slow link:
   no rank is late, the transfer itself is slow), everything after it MS later.
+A source without collectives (an inference trace) gets one all-reduce after each step with
+`--insert-collectives US` (its transfer time): a record_param_comms op and its launch on a thread of their own, the
+kernel on a stream of its own where the step's GPU work ends.
 The record_param_comms op around each collective's launch gets the args torch >= 2.1 writes ("Collective name",
 "Seq", "Process Group Name", "Group size", "dtype"), with the same Seq on every rank.
 """
@@ -34,6 +37,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from analyzer.trace.build import STEP_NAME
 from analyzer.views.collectives import COMM_KERNEL, collective_name
 
 _STEP = re.compile(r"^(\w+)#(\d+)$")
@@ -109,10 +113,10 @@ def _is_gpu_work(e: dict) -> bool:
 
 
 def _step_starts(events: list) -> list[float]:
-    """CPU start of each step, as analyzer.views.steps picks them: the capture's own `word#N` annotations when there
-    are any, else ProfilerStep#N (nested ones dropped)."""
+    """CPU start of each step, as analyzer.views.steps picks them: the capture's own annotations (`prefill`,
+    `label#N`) when there are any, else ProfilerStep#N (nested ones dropped)."""
     marks = [e for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"
-             and _STEP.match(str(e.get("name", "")))]
+             and STEP_NAME.match(str(e.get("name", "")))]
     own = [e for e in marks if not str(e["name"]).startswith("ProfilerStep#")]
     out, last_end = [], float("-inf")
     for e in sorted(own or marks, key=lambda e: e["ts"]):
@@ -145,9 +149,10 @@ def _collective_args(events: list, comm: list, world_size: int) -> None:
         i = bisect.bisect_right(starts[key], launch["ts"]) - 1 if rows else -1
         if i < 0 or rows[i]["ts"] + rows[i].get("dur", 0) < launch["ts"]:
             continue
-        dtype = next((v for key, v in _KERNEL_DTYPE.items() if re.search(rf"[_(]{re.escape(key)}\b", k["name"])),
-                     "Float")
-        rows[i]["args"] = {**(rows[i].get("args") or {}), "Collective name": collective_name(k["name"]),
+        have = rows[i].get("args") or {}
+        dtype = have.get("dtype") or next((v for key, v in _KERNEL_DTYPE.items()
+                                           if re.search(rf"[_(]{re.escape(key)}(?:[_),]|$)", k["name"])), "Float")
+        rows[i]["args"] = {**have, "Collective name": collective_name(k["name"]),
                            "Seq": seq, "Process Group Name": "0", "Process Group Desc": "default_pg",
                            "Group size": world_size, "dtype": dtype}
         k["_seq"] = seq
@@ -189,16 +194,59 @@ def _kept(events: list, steps: tuple[int, int] | None, flows: bool) -> list:
     return [e for e in events if not isinstance(e.get("ts"), (int, float)) or lo <= e["ts"] < hi]
 
 
+def _inserted_collectives(events: list, transfer_us: float, nbytes: int) -> list[dict]:
+    """For a trace without collectives: one all-reduce per step, as torch >= 2.1 records it. On the CPU, on a thread
+    of its own in the process that launches the most kernels, c10d::allreduce_ > record_param_comms >
+    cudaLaunchKernel just before the kernel; on the GPU, on a stream of its own, a `ncclDevKernel_AllReduce` kernel of
+    `transfer_us` starting where the step's GPU work ends (the last end among GPU work that started before the
+    next step began). Returns the new events; the kernels' durations get the waits later, as real ones do."""
+    work = [e for e in events if e.get("ph") == "X" and _is_gpu_work(e)]
+    launches = [e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})]
+    if not work or not launches:
+        raise SystemExit("the trace has no GPU work or no launch calls to place collectives after")
+    kernel = max(work, key=lambda e: e.get("dur", 0))
+    pid = max({e["pid"] for e in launches}, key=[e["pid"] for e in launches].count)
+    tid = 1 + max((e["tid"] for e in events if isinstance(e.get("tid"), int)), default=0)
+    stream = 1 + max((e["args"].get("stream", 0) for e in work if isinstance((e.get("args") or {}).get("stream"),
+                                                                             int)), default=0)
+    corr = 1 + max(e["args"]["correlation"] for e in launches)
+    ext = 1 + max((e["args"].get("External id", 0) for e in events if isinstance((e.get("args") or {}).get(
+        "External id"), int)), default=0)
+    starts = _step_starts(events) + [float("inf")]
+    new = []
+    for i in range(len(starts) - 1):
+        at = max((e["ts"] + e["dur"] for e in work if starts[i] <= e["ts"] < starts[i + 1]), default=None)
+        if at is None:
+            continue
+        c, x = corr + i, ext + 3 * i
+        new += [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": pid, "tid": tid, "ts": at - 30.0,
+                 "dur": 20.0, "args": {"External id": x}},
+                {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": tid, "ts": at - 28.0,
+                 "dur": 16.0, "args": {"External id": x + 1, "In msg nelems": nbytes // 2,
+                                       "Out msg nelems": nbytes // 2, "dtype": "BFloat16"}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": tid,
+                 "ts": at - 20.0, "dur": 5.0, "args": {"External id": x + 1, "cbid": 211, "correlation": c}},
+                {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "pid": kernel["pid"],
+                 "tid": stream, "ts": at, "dur": transfer_us,
+                 "args": {"External id": x + 1, "device": kernel["args"].get("device", 0), "stream": stream,
+                          "correlation": c, "grid": [2, 1, 1], "block": [640, 1, 1]}}]
+    return new
+
+
 def replicate_ranks(source: Path | dict, out_dir: Path, ranks: int, *, skew_ms: float = 2.5,
                     straggler: tuple[int, int, float] | None = None, slow: tuple[int, float] | None = None,
-                    steps: tuple[int, int] | None = None, flows: bool = True) -> dict:
+                    steps: tuple[int, int] | None = None, flows: bool = True,
+                    insert_us: float | None = None, insert_bytes: int = 1 << 20) -> dict:
     """A synthetic job of `ranks` rank files from one real trace (see the module's docstring). `steps` keeps only
     steps FIRST..LAST of the source (smaller files; step indices then count from FIRST), `flows=False` drops the
-    ac2g arrows. `source` may be a trace already read (`_load`), to make several jobs of one. Returns what was
-    planted."""
+    ac2g arrows. `source` may be a trace already read (`_load`), to make several jobs of one. `insert_us` adds an
+    all-reduce of that transfer time (and `insert_bytes`) after each step, for a source without collectives.
+    Returns what was planted."""
     data = source if isinstance(source, dict) else _load(source)
     label = data.get("traceName", "trace") if isinstance(source, dict) else source
     events = _kept([e for e in data["traceEvents"] if isinstance(e, dict)], steps, flows)
+    if insert_us:
+        events += _inserted_collectives(events, insert_us, insert_bytes)
     comm = sorted((e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"
                    and COMM_KERNEL.search(str(e.get("name", "")))), key=lambda e: e["ts"])
     if (straggler or slow) and not comm:
@@ -275,6 +323,8 @@ def main(argv=None) -> int:
     ap.add_argument("--slow-collective", metavar="STEP:MS", help="slow the first collective of a step (with --ranks)")
     ap.add_argument("--steps", metavar="FIRST:LAST", help="keep only these steps of the source (with --ranks)")
     ap.add_argument("--no-flows", action="store_true", help="drop the ac2g flow arrows (with --ranks)")
+    ap.add_argument("--insert-collectives", metavar="US", type=float,
+                    help="add an all-reduce of US µs after each step, for a source without any (with --ranks)")
     args = ap.parse_args(argv)
     if args.ranks:
         straggler = _numbers(args.straggler, 3, "--straggler") if args.straggler else None
@@ -284,7 +334,7 @@ def main(argv=None) -> int:
             straggler=(int(straggler[0]), int(straggler[1]), straggler[2]) if straggler else None,
             slow=(int(slow[0]), slow[1]) if slow else None,
             steps=tuple(int(x) for x in _numbers(args.steps, 2, "--steps")) if args.steps else None,
-            flows=not args.no_flows)))
+            flows=not args.no_flows, insert_us=args.insert_collectives)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     info = replicate(args.source, args.out / "rank0.trace.json", args.size_mb)

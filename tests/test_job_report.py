@@ -217,3 +217,21 @@ def test_two_ranks_one_late_in_every_step(jobs):
     even = _job(job_summary(**two), "even")
     assert [(s["rank"], s["steps"]) for s in even["stragglers"]] == [(1, [0, 1])]
     assert even["stragglers"][0]["late_us"] == pytest.approx(DELAY_MS * 1e3, rel=0.01)
+
+
+def test_inference_job_with_inserted_collectives(tmp_path):
+    """A real H200 decode trace has no collectives: replicate_trace inserts one all-reduce per step (record_param_comms
+    with torch >= 2.1's args, its launch, the NCCL kernel), like a tensor-parallel job's. A rank 2 ms late in
+    decode_step#2 is found there, and the 1 MiB bf16 message is read back from the args."""
+    rep = _replicate()
+    rep.replicate_ranks(ROOT / "tests" / "fixtures" / "h200" / "decode", tmp_path / "tp", 3, skew_ms=1.0,
+                        straggler=(1, 3, 2.0), insert_us=40.0, insert_bytes=1 << 20)
+    tables = job_tables_from_traces(sorted((tmp_path / "tp").glob("rank*.trace.json.gz")))
+    job = _job(job_summary(**tables), "tp")
+    coll = tables["collectives"]
+    assert set(coll["name"]) == {"allreduce"} and set(coll["bytes"]) == {1 << 20} and set(coll["group_size"]) == {3}
+    assert coll.groupby("rank").size().tolist() == [len(job["heatmap"]["steps"])] * 3  # one per step on every rank
+    assert [(s["rank"], s["steps"]) for s in job["stragglers"]] == [(1, [3])]
+    assert job["heatmap"]["step_names"][3] == "decode_step#2"
+    assert job["stragglers"][0]["others_waited_us"] == pytest.approx(2000.0, rel=0.01)
+    assert job["slow_collectives"] == []
