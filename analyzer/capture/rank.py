@@ -17,6 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from analyzer.capture.runfolder import write_json_atomic
+
 RESULT_FILE = ".rank{rank}.json"
 
 
@@ -87,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     if not result["complete"]:
         result["failed_unix"] = time.time()  # the launcher names the rank that failed first
         result["error"] = one_line(result["error"] or "failed")
-    from analyzer.capture.runfolder import write_json_atomic
     write_json_atomic(args.staging / RESULT_FILE.format(rank=rank), result)
     if not result["complete"]:
         if result.get("traceback"):
