@@ -283,6 +283,10 @@ def replicate_ranks(source: Path | dict, out_dir: Path, ranks: int, *, skew_ms: 
         planted["straggler"] = {"rank": rank, "step": step, "delay_ms": delay}
     head = {k: v for k, v in data.items() if k != "traceEvents"}
     out_dir.mkdir(parents=True, exist_ok=True)
+    ours = {f"rank{r}.trace.json.gz" for r in range(ranks)}
+    stale = sorted(p.name for p in out_dir.glob("*rank*.json*") if p.name not in ours)
+    if stale:  # they would join the job
+        raise SystemExit(f"{out_dir}: holds other rank files ({', '.join(stale[:3])}); choose an empty folder")
     sizes = []
     for r in range(ranks):
         skew = r * skew_ms * 1e3 * (-1) ** r
