@@ -23,6 +23,13 @@ FINDING = "finding"
 OCCURRENCE = "occurrence"
 MIN_PAD_US = 20.0
 MAX_OCCURRENCE_BUTTONS = 16
+# The per-step chart is below the timeline: drawn once the timeline is (plotly draws one graph at a time on the
+# page's one thread, and the two interleaved made the timeline's first paint wait for both)
+STEPS_PENDING = {"data": [], "layout": {"height": 360, "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                        "annotations": [{"text": "per-step chart: drawn after the timeline",
+                                                         "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
+                                                         "yref": "paper"}]}}
+STEPS_AFTER_TIMELINE_S = 15  # drawn anyway after this long, should the timeline never finish
 TIMELINE_HINT = ("Drag across any panel, or turn the wheel over it, to zoom all of them (the server recomputes "
                  "what the new window shows); keys: + and - zoom, ← and → pan, 0 shows it all; "
                  "double-click to see the whole trace; hover for kernel, op, call site and duration.")
@@ -73,7 +80,8 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
         dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG, style={"width": "100%"}),
                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
         _segments_block(data),
-        dcc.Graph(id="steps-graph", figure=steps_figure(report), config=GRAPH_CONFIG),
+        dcc.Store(id="steps-figure", data=steps_figure(report)),
+        dcc.Graph(id="steps-graph", figure=STEPS_PENDING, config=GRAPH_CONFIG),
         markdown_block(markdown, "report-md", "the report"),
     ], className="page-run")
 
@@ -339,6 +347,25 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return window.dash_clientside.no_update;
         }""", Output("url-sync", "data"), Input("shown-window", "data"), Input("selection", "data"),
         State("run-id", "data"), prevent_initial_call=True)
+
+    app.clientside_callback(
+        """function(figure) {
+            const start = Date.now();
+            return new Promise(resolve => {
+                const drawn = () => {
+                    const el = document.getElementById('timeline');
+                    const gd = el && el.querySelector('.js-plotly-plot');
+                    const pending = !gd || !gd._fullData || el.querySelector('.dash-graph--pending') ||
+                        el.classList.contains('dash-graph--pending');
+                    if (!pending || Date.now() - start > %d) {
+                        requestAnimationFrame(() => resolve(figure));
+                    } else {
+                        setTimeout(drawn, 40);
+                    }
+                };
+                drawn();
+            });
+        }""" % (STEPS_AFTER_TIMELINE_S * 1000), Output("steps-graph", "figure"), Input("steps-figure", "data"))
 
     @app.callback(Output("zoom", "data", allow_duplicate=True), Input("steps-graph", "clickData"),
                   State("run-id", "data"), prevent_initial_call=True)
