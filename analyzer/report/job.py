@@ -209,7 +209,7 @@ def match_collectives(coll: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     by_seq = bool((coll["seq"] >= 0).all())
     cols = ["pg", "name", "seq"] if by_seq else ["pg", "step", "ordinal"]  # name: P2P ops count their own Seq
     df = coll.copy()
-    df["key"] = list(zip(*(df[c] for c in cols)))
+    df["key"] = df.groupby(cols, sort=False, dropna=False).ngroup()
     df = df.drop_duplicates(["rank", "key"])
     ranks = df.groupby("key")["rank"].transform("size")
     df = df[ranks >= 2].copy()
@@ -248,20 +248,23 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
     if not median_step and len(spans):  # no steps: 5% of the median span stands for the step
         floor = MIN_SHARE_OF_STEP * float(np.median(spans))
 
+    by_rank = ok.drop_duplicates("rank").set_index("rank")
+    waits = matched.groupby("rank")[["wait_us", "late_us"]].sum()
+    counts = coll["rank"].value_counts()
+    step_groups = {r: g for r, g in steps.groupby("rank")["dur_us"]}
+    tops = _top_findings(findings)
     per_rank = []
     for r in ranks:
-        t = ok[ok["rank"] == r].iloc[0]
-        mine = matched[matched["rank"] == r]
-        top = _top_finding(findings, r)
-        busy = _num(t["busy_us"])
+        t = by_rank.loc[r]
+        top = tops.get(r)
+        busy, comm = _num(t["busy_us"]), _num(t["comm_us"])
         per_rank.append({
             "rank": r, "source": _str(t["source"]), "utilization": _num(t["utilization"]), "span_us": _num(t["span_us"]),
-            "busy_us": busy, "idle_us": _num(t["idle_us"]), "comm_us": _num(t["comm_us"]),
-            "compute_us": _num(t["compute_us"]), "overlap_us": _num(t["overlap_us"]),
-            "comm_share": round(_num(t["comm_us"]) / busy, 4) if busy and _num(t["comm_us"]) is not None else None,
-            "step_us": _stats(steps.loc[steps["rank"] == r, "dur_us"].astype(float)),
-            "collectives": int((coll["rank"] == r).sum()),
-            "wait_us": round(float(mine["wait_us"].sum()), 3), "late_us": round(float(mine["late_us"].sum()), 3),
+            "busy_us": busy, "idle_us": _num(t["idle_us"]), "comm_us": comm, "compute_us": _num(t["compute_us"]),
+            "overlap_us": _num(t["overlap_us"]), "comm_share": round(comm / busy, 4) if busy and comm is not None else None,
+            "step_us": _stats(step_groups.get(r, [])), "collectives": int(counts.get(r, 0)),
+            "wait_us": round(float(waits["wait_us"].get(r, 0.0)), 3),
+            "late_us": round(float(waits["late_us"].get(r, 0.0)), 3),
             "top_finding": None if top is None else {"kind": _str(top["kind"]), "title": _str(top["title"]),
                                                      "site": _str(top["site"]),
                                                      "gpu_idle_us": _num(top["gpu_idle_us"])}})
@@ -274,7 +277,8 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
                "idle_us": [[None if pd.isna(v) else round(float(v), 3) for v in row] for row in grid.to_numpy()]}
     stragglers = _stragglers(steps, matched, findings, ranks, floor)
     return {"job": job, "world_size": _world(ok, ranks), "ranks": ranks, "traces": int(len(traces)),
-            "failed": int((traces["error"].notna()).sum()), "duplicate_ranks": duplicates, "median_step_us": round(median_step, 3) if median_step else None,
+            "failed": int((traces["error"].notna()).sum()), "duplicate_ranks": duplicates,
+            "median_step_us": round(median_step, 3) if median_step else None,
             "threshold_us": round(floor, 3), "per_rank": per_rank, "heatmap": heatmap,
             "collectives": {"matched_by": matched_by, "matched": int(matched["key"].nunique()) if len(matched) else 0,
                             "wait_us": round(float(matched["wait_us"].sum()), 3) if len(matched) else 0.0},
@@ -327,17 +331,17 @@ def _cause(steps: pd.DataFrame, findings: pd.DataFrame, rank: int, late_steps: l
     others = in_steps[in_steps["rank"] != rank].groupby("rank")[cols].sum().astype(float)
     excess = (mine - (others.median() if len(others) else 0.0)).dropna()
     best = excess.idxmax() if len(excess) else None
-    top = _top_finding(findings, rank)
-    return {"idle_cause": best.removeprefix("idle_").removesuffix("_us") if best else None,
+    top = _top_findings(findings[findings["rank"] == rank]).get(rank)
+    return {"idle_cause": best.removeprefix("idle_").removesuffix("_us") if best and cause_cols else None,
             "idle_excess_us": round(float(excess[best]), 3) if best else None,
             "top_finding": None if top is None else f"{_str(top['title'])}" + (f" at {top['site']}"
                                                                                  if _str(top["site"]) else "")}
 
 
-def _top_finding(findings: pd.DataFrame, rank: int):
-    """The rank's top-level finding with the most GPU idle (a row), or None."""
-    f = findings[(findings["rank"] == rank) & findings["parent"].isna()]
-    return f.sort_values("gpu_idle_us", ascending=False).iloc[0] if len(f) else None
+def _top_findings(findings: pd.DataFrame) -> dict[int, pd.Series]:
+    """Per rank: its top-level finding with the most GPU idle (a row)."""
+    top = findings[findings["parent"].isna()].sort_values("gpu_idle_us", ascending=False, kind="stable")
+    return {int(row["rank"]): row for _, row in top.drop_duplicates("rank").iterrows()}
 
 
 def _slow_collectives(matched: pd.DataFrame, floor: float, limit: int = 20) -> list[dict]:
