@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -219,7 +220,8 @@ def topology() -> str | None:
         done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 and done.stdout.strip() else None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)  # nvidia-smi underlines the header with ANSI escapes
+    return text if done.returncode == 0 and text.strip() else None
 
 
 def merge_meta(config: CaptureConfig, argv: list[str], created: str, notes: list[str], results: list[dict],
