@@ -9,7 +9,9 @@ copies made within one clock tick differ too). Each copy sits in its own run fol
 cache: before every measurement the caches and the dataset are deleted, and every trace is parsed and analysed from
 scratch. The cluster is started, and the analyzer imported in its workers, before the clock starts (worker start-up
 is not throughput); it is given to analyze-many as `--scheduler`; each worker's peak RSS is read from the worker
-itself (getrusage) before and after the run. The table goes to stdout and to benchmarks/results/.
+itself (VmHWM) before and after the run. On a shared machine wall time says little: the workers' own CPU time per
+trace, the share of a core each worker got, and the load average are printed beside it. The table goes to stdout and
+to benchmarks/results/.
 """
 from __future__ import annotations
 
@@ -35,13 +37,25 @@ from analyzer.fleet.inputs import uncompressed_size  # noqa: E402
 
 
 def peak_rss_mib() -> float:
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's peak RSS: VmHWM (reset when a process execs, unlike getrusage's ru_maxrss, which a spawned
+    worker inherits from the process that forked it)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def warm() -> float:
     import analyzer.fleet.task  # noqa: F401
     return peak_rss_mib()
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def make_traces(source: Path, n: int, size_mb: float, work: Path) -> list[Path]:
@@ -75,26 +89,34 @@ def measure(runs: list[Path], workers: int, out: Path) -> dict:
             distributed.Client(cluster) as client:
         client.wait_for_workers(n)
         idle_rss = client.run(warm)  # imports are start-up, not throughput
+        cpu_before = client.run(cpu_seconds)
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         result = fleet.analyze_many([str(r) for r in runs], out, scheduler=cluster.scheduler_address,
                                     stream=open(os.devnull, "w"))
         seconds = time.perf_counter() - started
         rss = client.run(peak_rss_mib)
+        cpu = sum(client.run(cpu_seconds).values()) - sum(cpu_before.values())
     assert len(result.results) == len(runs) and not result.errors and not result.failures, result
     return {"workers": n, "traces": len(runs), "mb": round(nbytes / 1e6, 1), "seconds": round(seconds, 2),
             "mb_per_s": round(nbytes / 1e6 / seconds, 1), "traces_per_s": round(len(runs) / seconds, 2),
             "memory_limit_mib": round(limit / 2**20), "idle_rss_mib": round(max(idle_rss.values())),
-            "peak_rss_mib_max": round(max(rss.values())), "peak_rss_mib_median": round(statistics.median(rss.values()))}
+            "peak_rss_mib_max": round(max(rss.values())), "peak_rss_mib_median": round(statistics.median(rss.values())),
+            "worker_cpu_s_per_trace": round(cpu / len(runs), 3), "cpu_share_per_worker": round(cpu / seconds / n, 2),
+            "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)]}
 
 
 def table(results: list[dict]) -> str:
     base = results[0]["mb_per_s"] / results[0]["workers"]
-    lines = ["| workers | traces | MB | wall (s) | MB/s | traces/s | vs 1 worker | of N x 1 worker | worker RSS before (MiB) | peak RSS per worker, max / median (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workers | traces | MB | wall (s) | MB/s | traces/s | vs 1 worker | of N x 1 worker | worker CPU s per trace | "
+             "CPU a worker got | load average (1 min, before / after) | worker RSS before (MiB) | "
+             "peak RSS per worker, max / median (MiB) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ratio = r["mb_per_s"] / base
         lines.append(f"| {r['workers']} | {r['traces']} | {r['mb']:,.0f} | {r['seconds']:.2f} | {r['mb_per_s']:.1f} | "
-                     f"{r['traces_per_s']:.2f} | {ratio:.2f}x | {ratio / r['workers']:.2f} | {r['idle_rss_mib']} | "
+                     f"{r['traces_per_s']:.2f} | {ratio:.2f}x | {ratio / r['workers']:.2f} | "
+                     f"{r['worker_cpu_s_per_trace']:.3f} | {100 * r['cpu_share_per_worker']:.0f}% | "
+                     f"{r['load_average'][0]} / {r['load_average'][1]} | {r['idle_rss_mib']} | "
                      f"{r['peak_rss_mib_max']} / {r['peak_rss_mib_median']} |")
     return "\n".join(lines)
 
