@@ -61,6 +61,10 @@ def capture_distributed(config: CaptureConfig, out_dir: Path, argv: list[str]) -
           file=sys.stderr)
     try:
         failure = run_ranks(config, run.staging, logs, backend)
+        if failure is not None and "address already in use" in failure.lower():  # the free port was taken since
+            for part in run.staging.glob(".rank*.json"):
+                part.unlink()
+            failure = run_ranks(config, run.staging, logs, backend)
     except KeyboardInterrupt:
         failure, code = "interrupted (KeyboardInterrupt)", 130
     else:
