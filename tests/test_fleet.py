@@ -236,3 +236,22 @@ def test_capture_and_analyze_import_no_fleet_dependency():
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_an_attempt_killed_midway_is_redone_without_duplicates(tmp_path):
+    """What a worker killed between two files leaves (some tables written, no traces file, a temporary file) is
+    not in the dataset: the next run analyses the trace again, rewrites the same files and removes the leftover."""
+    run = str(REPO / "tests/fixtures/h200/item_sync")
+    quiet = dict(workers=1, processes=False, dashboard=False, stream=io.StringIO())
+    fleet.analyze_many([run], tmp_path, **quiet)
+    counts = {t: rows(tmp_path, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in SCHEMA}
+    files = all_files(tmp_path)
+    (traces_file,) = table_files(tmp_path, "traces")
+    traces_file.unlink()
+    (steps_file,) = table_files(tmp_path, "steps")
+    leftover = steps_file.parent / f".{steps_file.stem}.deadbeef.tmp"
+    leftover.write_bytes(b"PAR1 half a file")
+    again = fleet.analyze_many([run], tmp_path, **quiet)
+    assert len(again.results) == 1 and not again.skipped
+    assert all_files(tmp_path) == files and not leftover.exists()
+    assert {t: rows(tmp_path, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in SCHEMA} == counts

@@ -1,7 +1,7 @@
 """The Parquet dataset under DIR: `DIR/<table>/job=<job>/rank=<rank>/<content_key>.parquet`, one file per trace per
 table (none for a table where the trace has no rows). Each file is written under a temporary name and renamed
 (os.replace), the `traces` file last: a trace is in the dataset once its `traces` file exists, and a retried task
-rewrites the same names, so nothing is duplicated."""
+rewrites the same names, so nothing is duplicated (and removes the temporary files a killed attempt left)."""
 from __future__ import annotations
 
 import os
@@ -34,6 +34,8 @@ def write_trace_tables(out_dir: Path, job: str, rank: int, key: str, rows: dict[
         folder = Path(out_dir) / table / f"job={partition_value(job)}" / f"rank={rank}"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{key}.parquet"
+        for left in folder.glob(f".{key}.*.tmp"):  # a killed attempt's file (its retry is this call)
+            left.unlink(missing_ok=True)
         staging = folder / f".{key}.{uuid.uuid4().hex}.tmp"
         try:
             pq.write_table(pa.Table.from_pylist(typed(table, rows[table]), schema=arrow_schema(table)), staging)
