@@ -88,7 +88,8 @@ def _job_report(out: Path, result: ManyResult) -> None:
     try:
         written = write_job_report(out)
     except Exception as exc:  # noqa: BLE001 - the dataset is written; the report over it is an extra
-        result.job_report_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        from analyzer.fleet.task import one_line
+        result.job_report_error = one_line(exc)
         return
     result.job_report = [Path(p) for p in written] if isinstance(written, (list, tuple)) else []
 

@@ -14,7 +14,7 @@ from analyzer.errors import UsageError
 
 RETRIES = 2  # a worker that dies (killed, out of memory) has its task run again elsewhere
 GIB = 1 << 30
-WORKER_BASE = GIB  # a worker process with the analyzer imported, before any trace
+WORKER_BASE = GIB  # headroom for the worker process itself (67 MiB with the analyzer imported) and small traces
 RSS_PER_TRACE_BYTE = 3  # peak RSS per uncompressed trace byte, with margin (1 GB measured at 0.78 GB)
 
 
@@ -58,8 +58,8 @@ def connect(*, scheduler: str | None = None, scheduler_file: str | None = None, 
         try:
             client = distributed.Client(scheduler, scheduler_file=scheduler_file, timeout="10s")
         except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"cannot reach the Dask scheduler {scheduler or scheduler_file}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            from analyzer.fleet.task import one_line
+            raise UsageError(f"cannot reach the Dask scheduler {scheduler or scheduler_file}: {one_line(exc)}") from None
         n = len(client.scheduler_info().get("workers", {}))
         return Cluster(client, None, f"scheduler {client.scheduler.address} ({n} workers now)")
     n, limit = local_size(n_traces, largest_uncompressed, workers)
@@ -132,7 +132,7 @@ def run_all(cluster: Cluster, items: list, out_dir: Path, progress: ProgressLine
     """Submit one task per trace (keyed by content key and retried) and collect them as they finish: (results,
     failures: one line each for a task that failed after its retries)."""
     from distributed import as_completed
-    from analyzer.fleet.task import analyze_one
+    from analyzer.fleet.task import analyze_one, one_line
     futures = {cluster.client.submit(analyze_one, item, str(out_dir), key=f"analyze-{item.content_key}",
                                      retries=RETRIES, pure=False): item for item in items}
     results, failures = [], []
@@ -141,7 +141,7 @@ def run_all(cluster: Cluster, items: list, out_dir: Path, progress: ProgressLine
         try:
             result = future.result()
         except Exception as exc:  # noqa: BLE001 - the worker died more often than retried, or ran out of memory
-            failures.append(f"{item.source}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            failures.append(f"{item.source}: {one_line(exc)}")
             progress.update(item.size, failed=True)
             continue
         results.append(result)

@@ -29,7 +29,7 @@ def analyze_one(item: FleetInput, out_dir: str) -> dict:
     except MemoryError:
         raise  # the worker's limit, not the trace's fault: Dask retries it
     except Exception as exc:  # noqa: BLE001 - a corrupt, foreign or unexpected trace is a row, never a failed run
-        error = _one_line(exc)
+        error = one_line(exc)
         rows = tables.error_row({**base, "world_size": world}, error)
     for row in rows["traces"]:
         row["analysis_seconds"] = round(time.perf_counter() - started, 3)
@@ -58,9 +58,11 @@ def _mtime(path: Path) -> dt.datetime | None:
         return None
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, after its type's name unless it is a UsageError (whose
+    line already names the file and what is wrong)."""
     text = str(exc).strip().splitlines()
     line = text[0] if text else ""
-    if not isinstance(exc, UsageError):  # a UsageError's line already names the file and what is wrong
+    if not isinstance(exc, UsageError):
         line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
     return line[:500]
