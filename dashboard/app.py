@@ -1,6 +1,7 @@
 """`python -m dashboard [--traces DIR] [--host 127.0.0.1] [--port 8050]`: the Dash app over a folder of runs.
 
-Pages: `/` the run list, `/run/<run id>` one run, `/diff?before=<id>&after=<id>` two runs compared. All state
+Pages: `/` the run list, `/run/<run id>` one run, `/diff?before=<id>&after=<id>` two runs compared, `/job/<folder>`
+the job report of an `analyze-many` dataset folder under DIR (ranks, stragglers, the ranks x steps heatmap). All state
 lives in the URL and the server's caches (RunStore), so several tabs work side by side; `/_cache` says (as JSON)
 how much those caches hold against --cache-mb.
 """
@@ -16,7 +17,7 @@ import dash
 from dash import Input, Output, dcc, html
 
 from dashboard import downloads
-from dashboard.pages import diff, run, runlist
+from dashboard.pages import diff, job, run, runlist
 from dashboard.pages.common import error_card
 from dashboard.runs import RunStore
 
@@ -46,6 +47,8 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
             return runlist.layout(store)
         if path.startswith("/run/"):
             return run.layout(store, path[len("/run/"):], query)
+        if path.startswith("/job/"):
+            return job.layout(store, path[len("/job/"):].rstrip("/"))
         if path.rstrip("/") == "/diff":
             return diff.layout(store, query.get("before"), query.get("after"))
         return error_card(f"{path}: no such page", back=True)
@@ -53,6 +56,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
     runlist.register(app, store)
     run.register(app, store)
     diff.register(app, store)
+    job.register(app, store)
     downloads.register(app.server, store)
     app.server.add_url_rule("/_cache", "cache_stats", store.cache_stats)
     return app

@@ -1,4 +1,4 @@
-"""`/download/<run id>/{report.md,report.html,trace}`, and a guard that refuses path tricks on every route.
+"""`/download/<run id>/{report.md,report.html,trace}`, `/download/<job folder>/job-report.{md,html}`, and a guard that refuses path tricks on every route.
 
 A download names a run by id; the file is the one discovery found for that id (inside DIR), never a path the
 client sent. The guard answers 403 to any request whose path has a `..` segment, a backslash, a NUL or an
@@ -41,6 +41,8 @@ def register(server: Flask, store: RunStore) -> None:
     @server.route("/download/<path:spec>")
     def download(spec: str):
         run_id, _, name = spec.rpartition("/")
+        if name.startswith("job-"):
+            return _job_file(run_id, name.removeprefix("job-"))
         run = store.find(run_id)
         if run is None or (name != "trace" and name not in REPORTS):
             abort(404)
@@ -52,3 +54,13 @@ def register(server: Flask, store: RunStore) -> None:
             return Response(f"{exc}\n", status=422, mimetype="text/plain")
         return Response(text, mimetype=REPORTS[name],
                         headers={"Content-Disposition": f'attachment; filename="{download_name(run_id, name)}"'})
+
+    def _job_file(folder: str, name: str):
+        if name not in REPORTS:
+            abort(404)
+        try:
+            text = store.job_report_text(folder, name)
+        except UsageError:
+            abort(404)
+        return Response(text, mimetype=REPORTS[name], headers={
+            "Content-Disposition": f'attachment; filename="{download_name(folder, "job-" + name)}"'})

@@ -457,3 +457,29 @@ def segments_figure(state: dict | None) -> go.Figure:
                                                           "blocks": sum(len(s["blocks"]) for s in state["segments"])})
     fig.update_yaxes(autorange="reversed", fixedrange=True)
     return fig
+
+
+MAX_HEATMAP_LABELS = 40
+
+
+def job_heatmap(job: dict, heatmap: dict) -> dict:
+    """Ranks x steps of a job report: GPU idle per step in ms (darker: more idle); x is the column's index in
+    heatmap["steps"] and y "rank N", which is what a click on a cell reports."""
+    ranks, steps, names = heatmap["ranks"], heatmap["steps"], heatmap["step_names"]
+    z = [[None if v is None else v / 1e3 for v in row] for row in heatmap["idle_us"]]
+    label = [[html.escape(str(n)) for n in names] for _ in ranks]
+    x = list(range(len(steps)))
+    by_name = len(steps) <= MAX_HEATMAP_LABELS
+    trace = {"type": "heatmap", "z": z, "x": x, "y": [f"rank {r}" for r in ranks],
+             "text": label, "colorscale": "Reds", "colorbar": {"title": {"text": "idle (ms)"}},
+             "hovertemplate": "%{y} · %{text}<br>GPU idle %{z:.3f} ms<br>click: open this rank at this step"
+                              "<extra></extra>"}
+    stragglers = {s.get("rank") for s in job.get("stragglers") or []}
+    return {"data": [trace], "layout": {
+        "template": WHITE_TEMPLATE, "font": FONT, "height": 160 + 22 * min(len(ranks), 40),
+        "title": {"text": "GPU idle per rank and step (click a cell to open that rank at that step)"
+                          + (f"; stragglers: {', '.join(f'rank {r}' for r in sorted(stragglers))}" if stragglers
+                             else ""), "x": 0, "font": {"size": 15}},
+        "xaxis": {"title": {"text": "step"}, **({"tickvals": x, "ticktext": [html.escape(str(n)) for n in names]}
+                                                 if by_name else {})},
+        "yaxis": {"autorange": "reversed", "fixedrange": True}, "margin": {"l": 80, "r": 20, "t": 50, "b": 60}}}

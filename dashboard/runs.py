@@ -30,6 +30,7 @@ DISCOVERY_TTL_S = 1.0
 # (eight tabs opening eight new runs would otherwise hold eight parses at once).
 TRACE_LOADS_AT_ONCE = 1
 REPORT_SCHEMA_PREFIX = b'"schema": "gpu-idle-analyzer/report/'
+JOB_SCHEMA_PREFIX = '"schema": "gpu-idle-analyzer/job-report/'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +114,26 @@ def format_created(created_utc: str | None) -> str | None:
 
 _DEVICE_NAME = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"]{1,120})"')
 HEAD_BYTES = 1 << 18
+
+
+def discover_jobs(root: Path) -> list[str]:
+    """Folders one or two levels under root holding a job report (`analyze-many --out`), in path order."""
+    root = root.resolve()
+    found = []
+    for level1 in _subfolders(root, root):
+        for folder in [level1, *_subfolders(level1, root)]:
+            if _job_report_path(folder) is not None:
+                found.append(folder.relative_to(root).as_posix())
+    return found
+
+
+def _job_report_path(folder: Path) -> Path | None:
+    path = folder / "report.json"
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            return path if JOB_SCHEMA_PREFIX in f.read(4096) else None
+    except OSError:
+        return None
 
 
 def trace_device(path: Path) -> str | None:
@@ -415,6 +436,32 @@ class RunStore:
         return texts[name]
 
     # ------------------------------------------------------------ timeline
+
+    def jobs(self) -> list[str]:
+        return discover_jobs(self.root)
+
+    def job_report(self, folder: str) -> dict | None:
+        """The job report.json `analyze-many` wrote into DIR/<folder> (one of jobs()), else None."""
+        if folder not in self.jobs():
+            return None
+        report = None
+        try:
+            report = json.loads((self.root / folder / "report.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            pass
+        return report if isinstance(report, dict) else None
+
+    def job_report_text(self, folder: str, name: str) -> str:
+        if folder not in self.jobs() or name not in ("report.md", "report.html"):
+            raise UsageError(f"no job report {name} in {folder!r}")
+        try:
+            return (self.root / folder / name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{self.root / folder / name}: {exc.strerror or exc}") from None
+
+    def runs_by_trace(self) -> dict[str, str]:
+        """Run id of each discovered trace, by its resolved path (a job report names its ranks' traces)."""
+        return {str(run.trace.resolve()): run.run_id for run in self.runs()}
 
     def cache_stats(self) -> dict:
         """What the memory caches hold (GET /_cache): the timeline LRU against its byte limit, and reports."""

@@ -83,7 +83,11 @@ def layout(store: RunStore) -> html.Div:
                          value="newest", clearable=False, className="runs-sort"),
             html.Span(id="runs-compare", className="runs-compare hint"),
         ], className="runs-tools")
+    jobs = store.jobs()
     return html.Div([
+        html.Div([html.H2(f"Job reports ({len(jobs)})"), html.Ul([html.Li(dcc.Link(
+            folder, href="/job/" + folder, className="job-link")) for folder in jobs])], className="jobs")
+        if jobs else None,
         html.H1(f"Runs ({len(rows)})"),
         html.P(["Open a run for its findings, timeline and memory; tick two runs, or ",
                 dcc.Link("compare two runs", href="/diff"), ", to see what a fix changed."], className="hint"),
