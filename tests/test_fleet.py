@@ -255,3 +255,14 @@ def test_an_attempt_killed_midway_is_redone_without_duplicates(tmp_path):
     assert len(again.results) == 1 and not again.skipped
     assert all_files(tmp_path) == files and not leftover.exists()
     assert {t: rows(tmp_path, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in SCHEMA} == counts
+
+
+def test_one_job_of_traces_that_all_claim_rank_0_gets_its_job_report(tmp_path):
+    """Seven rank-0 traces put in one job (--job): the job report says rank 0 was claimed more than once and is
+    written (a job without collectives once failed on an empty selection)."""
+    traces = sorted((REPO / "tests" / "fixtures" / "h200").glob("*/rank0.trace.json.gz"))
+    r = run_cli("analyze-many", *map(str, traces), "--job", "X", "--out", str(tmp_path / "d"), "--threads")
+    assert r.returncode == 0 and "job report not written" not in r.stderr, r.stderr
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    (job,) = report["jobs"]
+    assert job["ranks"] == [0] and job["duplicate_ranks"] == [0] and job["traces"] == len(traces)

@@ -236,7 +236,8 @@ def _job_summary(job: str, traces: pd.DataFrame, steps: pd.DataFrame, coll: pd.D
     if duplicates:  # two traces claim one rank (two windows of a run, or unrelated traces): keep the first of each
         ok = ok.drop_duplicates("rank")
         keys = set(zip(ok["rank"], ok["content_key"]))
-        keep = lambda df: df[[k in keys for k in zip(df["rank"], df["content_key"])]]  # noqa: E731
+        # a boolean array, not a list: an empty list would select no columns rather than no rows
+        keep = lambda df: df[np.array([k in keys for k in zip(df["rank"], df["content_key"])], bool)]  # noqa: E731
         steps, coll, findings = keep(steps), keep(coll), keep(findings)
     ranks = sorted(int(r) for r in ok["rank"].unique())
     steps = steps[steps["rank"].isin(ranks)]
