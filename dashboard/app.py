@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import parse_qs, unquote
 
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard import downloads
+from dashboard import downloads, plotly_lite
 from dashboard.pages import diff, job, run, runlist
 from dashboard.pages.common import error_card
 from dashboard.runs import RunStore
@@ -59,7 +60,19 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
     job.register(app, store)
     downloads.register(app.server, store)
     app.server.add_url_rule("/_cache", "cache_stats", store.cache_stats)
+    app.server.add_url_rule("/_plotly-lite.js", "plotly_lite", serve_plotly_lite)
+    threading.Thread(target=plotly_lite.served, daemon=True).start()  # ready before the first page asks for it
     return app
+
+
+def serve_plotly_lite():
+    """plotly.js without the trace types the dashboard never draws (dashboard/plotly_lite.py); revalidated by ETag
+    on each page load, so a plotly upgrade is picked up at once."""
+    from flask import Response, request
+    body, etag = plotly_lite.served()
+    response = Response(body, mimetype="application/javascript", headers={"Cache-Control": "no-cache"})
+    response.set_etag(etag)
+    return response.make_conditional(request)
 
 
 def exposure_warning(host: str, traces_dir: Path) -> str | None:

@@ -5,7 +5,7 @@
     python dashboard/bench_page.py traces/my-run        # or any run folder / trace file you have
 
 Prints the first analysis time, the time to a painted timeline once the analysis is cached (same server, and a
-fresh server that reloads the trace), the page load's payload (data responses vs static JS), and for zooms from
+fresh server that reloads the trace; the median of --repeat page loads each, in one browser profile as a user's), the page load's payload (data responses vs static JS), and for zooms from
 half the trace down to a few µs: the refine response size and the time until the new figure is drawn.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ def open_page(context, url: str) -> dict:
             n = len(response.body())
         except Exception:  # redirects and 304s have no body
             return
-        static = "component-suites" in response.url or "/assets/" in response.url or "favicon" in response.url
+        static = any(part in response.url for part in ("component-suites", "/assets/", "favicon", "_plotly-lite.js"))
         sizes["static" if static else "data"] += n
 
     page.on("response", count)
@@ -81,6 +82,11 @@ def zoom(page, lo: float, hi: float) -> tuple[int, float]:
     return size, time.perf_counter() - start
 
 
+def _spread(loads: list[dict]) -> str:
+    times = sorted(x["painted_s"] for x in loads)
+    return f"median {statistics.median(times):.2f} s (min {times[0]:.2f}, max {times[-1]:.2f}, {len(times)} loads)"
+
+
 def middle_step_ms(traces_dir: Path, run_id: str, t0_us: float) -> float | None:
     """The middle of the middle step (zooms centred there show work, not a gap between steps)."""
     from dashboard.runs import RunStore
@@ -97,6 +103,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", nargs="?", type=Path, help="run folder or trace file (default: build one)")
     parser.add_argument("--size-mb", type=float, default=150, help="size of the replicated trace (default 150)")
+    parser.add_argument("--repeat", type=int, default=5, help="page loads per measurement, median reported (default 5)")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
     work = Path(tempfile.mkdtemp(prefix="dash-bench-"))
@@ -120,17 +127,24 @@ def main(argv=None) -> int:
             first = open_page(context, f"{base}/run/{run_dir.name}")
             print(f"first open (analysis + page, empty browser cache): {first['painted_s']:.2f} s")
             first["page"].close()
-            warm = open_page(context, f"{base}/run/{run_dir.name}")
-            print(f"painted timeline, analysis cached, same server: {warm['painted_s']:.2f} s; page load payload "
-                  f"{warm['data'] / 1e3:.0f} kB data + {warm['static'] / 1e3:.0f} kB static JS/CSS (cacheable)")
-            warm["page"].close()
+            warm = []
+            for _ in range(args.repeat):
+                warm.append(open_page(context, f"{base}/run/{run_dir.name}"))
+                warm[-1]["page"].close()
+            print(f"painted timeline, analysis cached, same server: {_spread(warm)}; page load payload "
+                  f"{warm[0]['data'] / 1e3:.0f} kB data + {warm[0]['static'] / 1e3:.0f} kB static JS/CSS (cacheable)")
             port = server.port
-            server.shutdown()
-            server.server_close()
-            app2, server2 = serve(traces_dir, port)
-            cold = open_page(context, f"{base}/run/{run_dir.name}")
+            cold = []
+            for n in range(args.repeat):
+                server.shutdown()
+                server.server_close()
+                app, server = serve(traces_dir, port)
+                cold.append(open_page(context, f"{base}/run/{run_dir.name}"))
+                if n + 1 < args.repeat:
+                    cold[-1]["page"].close()
             print(f"painted timeline, fresh server (report.json and the lanes on disk, trace model memory-mapped): "
-                  f"{cold['painted_s']:.2f} s; payload {cold['data'] / 1e3:.0f} kB data")
+                  f"{_spread(cold)}; payload {cold[0]['data'] / 1e3:.0f} kB data")
+            cold = cold[-1]
             page = cold["page"]
             full, t0_us = page.evaluate(f"[{GD}.layout.meta.window_ms, {GD}.layout.meta.t0_us]")
             span = full[1] - full[0]
@@ -141,7 +155,7 @@ def main(argv=None) -> int:
                 nbytes, seconds = zoom(page, lo, hi)
                 print(f"{share:>10.0e} {hi - lo:>9.3f} ms {nbytes / 1e3:>7.0f} kB {seconds:>7.2f} s")
             browser.close()
-            server2.shutdown()
+            server.shutdown()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

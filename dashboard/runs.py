@@ -17,6 +17,8 @@ import zlib
 from collections import OrderedDict
 from pathlib import Path
 
+import msgspec
+
 from analyzer import api
 from analyzer.api import RunMeta, TimelineData, is_trace_file, read_meta, trace_stem
 from analyzer.errors import UsageError
@@ -493,7 +495,11 @@ def _is_our_report(path: Path) -> bool:
 
 def _read_json(path: Path) -> dict | None:
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
+        try:  # msgspec's decoder: a 2 MB report in a quarter of json's time (a fresh server's first page waits on it)
+            report = msgspec.json.decode(data)
+        except msgspec.DecodeError:  # NaN is not JSON, but json.dumps writes it
+            report = json.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpu-idle-analyzer/report/"):

@@ -60,7 +60,11 @@ def report_json_text(report: dict) -> str:
 def report_digest(report: dict) -> str:
     """sha1 of the report's JSON: the same for the dictionary an analysis returned (numpy scalars in it) and for
     that report read back from report.json."""
-    return hashlib.sha1(json.dumps(report, default=_jsonable).encode()).hexdigest()
+    try:
+        text = msgspec.json.encode(report, enc_hook=_jsonable)
+    except (TypeError, ValueError):  # NaN, or a float subclass msgspec will not take
+        text = json.dumps(report, default=_jsonable).encode()
+    return hashlib.sha1(text).hexdigest()
 
 
 def _jsonable(value):

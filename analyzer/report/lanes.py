@@ -90,10 +90,15 @@ class Lane:
                        for k in range(len(states))]
         return lane
 
-    def visible(self, lo: float, hi: float) -> np.ndarray:
+    def visible(self, lo: float, hi: float, limit: int | None = None) -> np.ndarray | None:
+        """Rows of the intervals that overlap (lo, hi), in start order; None when there are more than `limit`
+        (counted without reading every row: only those that start at or before lo can end at or before it)."""
         i0 = int(np.searchsorted(self.reach, lo, side="right"))
-        i1 = int(np.searchsorted(self.starts, hi, side="left"))
-        rows = np.arange(i0, max(i0, i1))
+        i1 = max(i0, int(np.searchsorted(self.starts, hi, side="left")))
+        j = min(max(i0, int(np.searchsorted(self.starts, lo, side="right"))), i1)
+        if limit is not None and (i1 - i0) - int(np.count_nonzero(self.ends[i0:j] <= lo)) > limit:
+            return None
+        rows = np.arange(i0, i1)
         return rows[self.ends[rows] > lo]
 
 
@@ -176,8 +181,7 @@ def lane_view(lane: Lane, lo: float, hi: float, bins: int = BINS) -> LaneView:
         if len(s):
             shares[:, k] = np.diff(_covered_before(s, e, before, edges)) / width
     counts = np.diff(np.searchsorted(lane.starts, edges))
-    rows = lane.visible(lo, hi)
-    return LaneView(lane, edges, shares, counts, rows if len(rows) <= EXACT_LIMIT else None)
+    return LaneView(lane, edges, shares, counts, lane.visible(lo, hi, EXACT_LIMIT))
 
 
 def thin_curve(ts: np.ndarray, values: np.ndarray, lo: float, hi: float, bins: int = BINS):
@@ -494,9 +498,9 @@ class TimelineData:
                 res = np.concatenate([[res[first]], res[inside], [res[last]]])
             memory.append(MemoryCurve(m.device, ts, alloc, res))
         steps = self.gpu_lanes[0]
-        shown = steps.visible(lo, hi)
+        shown = steps.visible(lo, hi, STEP_LINES_LIMIT)
         edges = np.unique(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
-            if 0 < len(shown) <= STEP_LINES_LIMIT else np.zeros(0)
+            if shown is not None and len(shown) else np.zeros(0)
         return TimelineView(lo, hi, lanes, self._markers(self.sync_rows, lo, hi),
                             self._markers(self.alloc_rows, lo, hi), memory, edges)
 

@@ -1,8 +1,9 @@
-// plotly.js (4.8 MB) is fetched by dcc.Graph only when a page's first graph mounts, i.e. after the server has
-// answered the page's callback; evaluating it takes 0.3-1 s more before the timeline can be drawn. On the pages
-// with graphs, start it as soon as that callback is sent, so that it loads while the server works. Until it has
-// loaded, window.Plotly is a promise of it: dcc.Graph loads plotly through Promise.resolve(window.Plotly || ...),
-// so it waits for this one instead of loading a second copy.
+// plotly.js is fetched by dcc.Graph only when a page's first graph mounts, i.e. after the server has answered the
+// page's callback, and evaluating it takes 1-2 s on a small machine before the timeline can be drawn. On the pages
+// with graphs, start it as soon as that callback is sent, so that it loads while the server works, and load the
+// server's /_plotly-lite.js (the same plotly without the trace types the dashboard never draws: about half the time;
+// dashboard/plotly_lite.py). Until it has loaded, window.Plotly is a promise of it: dcc.Graph loads plotly through
+// Promise.resolve(window.Plotly || ...), so it waits for this one instead of loading a second copy.
 (function () {
   "use strict";
   if (!/^\/(run|diff)(\/|$)/.test(window.location.pathname) || window.Plotly) {
@@ -14,7 +15,9 @@
   function start() {
     started = true;
     var script = document.createElement("script");
-    script.src = window._dashPlotlyJSURL || "/_dash-component-suites/plotly/package_data/plotly.min.js";
+    var full = window._dashPlotlyJSURL || "/_dash-component-suites/plotly/package_data/plotly.min.js";
+    var local = "_dash-component-suites/plotly/package_data/plotly.min.js";
+    script.src = full.slice(-local.length) === local ? full.slice(0, -local.length) + "_plotly-lite.js" : full;
     script.async = true;
     pending = new Promise(function (resolve) {
       script.onload = script.onerror = function () { pending = undefined; resolve(plotly); };
