@@ -10,16 +10,13 @@ else (missing, stale, damaged, unwritable) is a miss: the lanes are built as bef
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from analyzer.report.files import report_digest
 from analyzer.report.lanes import Lane, MemoryCurve
-from analyzer.trace.cache import cache_folder, fingerprint
+from analyzer.trace.cache import cache_folder, fingerprint, write_array_folder
 
 FORMAT = 1  # bump when TimelineData.built() changes what it holds
 FOLDER = "lanes"
@@ -45,23 +42,7 @@ def save_lanes(trace: Path, report: dict, built: dict) -> bool:
         arrays.update({f"memory{n}.ts": m.ts, f"memory{n}.allocated": m.allocated, f"memory{n}.reserved": m.reserved})
     manifest = {"key": _key(trace, report), "lanes": lanes, "memory_devices": [m.device for m in built["memory"]],
                 "memory_source": built["memory_source"], "sites": {str(r): v for r, v in built["sites"].items()}}
-    target = folder / FOLDER
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=folder))
-    except OSError:
-        return False
-    try:
-        for name, a in arrays.items():
-            np.save(staging / f"{name}.npy", np.ascontiguousarray(a))
-        (staging / "manifest.json").write_text(json.dumps(manifest))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.rename(staging, target)
-        return True
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        return False
+    return write_array_folder(folder / FOLDER, arrays, {"manifest.json": json.dumps(manifest)})
 
 
 def load_lanes(trace: Path, report: dict) -> dict | None:

@@ -63,22 +63,28 @@ def load_cached(trace: Path) -> TraceModel | None:
 
 def save_cached(trace: Path, model: TraceModel) -> bool:
     """Write the cache (into a temporary folder, then renamed); False when the folder is not writable."""
-    folder = cache_folder(trace)
+    arrays = {f"{table}.{f.name}": getattr(getattr(model, table), f.name)
+              for table in TABLES for f in dataclasses.fields(getattr(model, table))}
+    manifest = {"key": fingerprint(trace), "metadata": model.metadata, "warnings": model.warnings,
+                "notes": model.notes, "foreign_activity": model.foreign_activity,
+                "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()}}
+    return write_array_folder(cache_folder(trace), arrays, {"names.json": json.dumps(list(model.names)),
+                                                            "manifest.json": json.dumps(manifest, default=str)})
+
+
+def write_array_folder(folder: Path, arrays: dict[str, np.ndarray], texts: dict[str, str]) -> bool:
+    """`folder` holding NAME.npy per array and the text files, written into a temporary folder beside it and then
+    renamed over it; False when it cannot be written."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{trace.name}.", dir=folder.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     except OSError:
         return False
     try:
-        for table in TABLES:
-            t = getattr(model, table)
-            for f in dataclasses.fields(t):
-                np.save(staging / f"{table}.{f.name}.npy", np.ascontiguousarray(getattr(t, f.name)))
-        (staging / "names.json").write_text(json.dumps(list(model.names)))
-        manifest = {"key": fingerprint(trace), "metadata": model.metadata, "warnings": model.warnings,
-                    "notes": model.notes, "foreign_activity": model.foreign_activity,
-                    "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()}}
-        (staging / "manifest.json").write_text(json.dumps(manifest, default=str))
+        for name, values in arrays.items():
+            np.save(staging / f"{name}.npy", np.ascontiguousarray(values))
+        for name, text in texts.items():
+            (staging / name).write_text(text)
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.rename(staging, folder)
