@@ -483,3 +483,60 @@ def job_heatmap(job: dict, heatmap: dict) -> dict:
         "xaxis": {"title": {"text": "step"}, **({"tickvals": x, "ticktext": [html.escape(str(n)) for n in names]}
                                                  if by_name else {})},
         "yaxis": {"autorange": "reversed", "fixedrange": True}, "margin": {"l": 80, "r": 20, "t": 50, "b": 60}}}
+
+
+DIFF_COLORS = {"before": "#999999", "after": BUSY_COLOR}
+
+
+def diff_steps_figure(names: dict[str, str], reports: dict[str, dict]) -> dict:
+    """Per-step overlay of two runs (keys "before", "after"): each step's wall time and GPU idle (ms) against its
+    position in its run's window, so a fix shows where in the steps it moved time."""
+    traces = []
+    for side in ("before", "after"):
+        steps = (reports[side].get("gaps") or {}).get("per_step") or []
+        x = list(range(len(steps)))
+        labels = [html.escape(str(s.get("step"))) for s in steps]
+        for key, label, dash in (("wall_us", "step wall", "solid"), ("idle_us", "GPU idle", "dot")):
+            traces.append({"type": "scatter", "mode": "lines+markers", "x": x,
+                           "y": [(s.get(key) or 0) / 1e3 for s in steps], "text": labels,
+                           "name": f"{side} ({html.escape(names[side])}): {label}",
+                           "line": {"color": DIFF_COLORS[side], "dash": dash, "width": 2}, "marker": {"size": 4},
+                           "hovertemplate": f"{side}: %{{text}}<br>{label} %{{y:.3f}} ms<extra></extra>",
+                           "meta": {"side": side, "key": key}})
+    return {"data": traces, "layout": {
+        "template": WHITE_TEMPLATE, "font": FONT, "height": 340, "hovermode": "closest",
+        "title": {"text": "Per step, both runs: wall time and GPU idle", "x": 0, "font": {"size": 15}},
+        "xaxis": {"title": {"text": "step (position in the profiled window)"}},
+        "yaxis": {"title": {"text": "ms"}, "ticksuffix": " ms", "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": -0.25}, "margin": {"l": 70, "r": 20, "t": 50, "b": 90}}}
+
+
+def diff_timeline_figure(names: dict[str, str], data: dict[str, TimelineData], lo: float | None = None,
+                         hi: float | None = None) -> dict:
+    """Both runs' steps and GPU lanes (busy / idle by cause) stacked on one axis: ns since each run's own GPU window
+    start, so the same step of the two runs lines up. [lo, hi]: the window shown (default: the longer run)."""
+    if lo is None or hi is None:
+        lo = min(d.full_range()[0] for d in data.values())
+        hi = max(d.full_range()[1] for d in data.values())
+    rows = []
+    for side in ("before", "after"):
+        view = data[side].view(lo, hi)
+        rows += [(side, data[side], lv) for lv in view.lanes if lv.lane.kind in ("steps", "device")]
+    traces: list[dict] = []
+    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES)])
+    labels = []
+    for i, (side, _, lv) in enumerate(rows):
+        labels.append(f"{side} · {lv.lane.label}")
+        _lane_area(traces, lv, len(rows) - 1 - i, 1)
+    for i, (side, d, lv) in enumerate(rows):
+        _lane_hover(traces, d, lv, len(rows) - 1 - i, 1, lo, hi)
+    height = LANE_PX * len(rows) + 220
+    return {"data": traces, "layout": {
+        "template": WHITE_TEMPLATE, "font": FONT, "height": height, "hovermode": "closest", "dragmode": "zoom",
+        "uirevision": "diff-timeline", "margin": {"l": 170, "r": 20, "t": 50, "b": 120},
+        "title": {"text": "Both runs on one axis (time since each run's GPU window start); drag to zoom both",
+                  "x": 0, "font": {"size": 15}},
+        "xaxis": {"range": [lo / 1e6, hi / 1e6], "ticksuffix": " ms", "title": {"text": TIME_TITLE}},
+        "yaxis": _lane_axis([0, 1], labels),
+        "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0},
+        "meta": {"window_ms": [lo / 1e6, hi / 1e6]}}}

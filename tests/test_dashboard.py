@@ -284,6 +284,24 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     util = page.locator("tr[data-metric=gpu_utilization] .delta")
     assert util.get_attribute("class") == "delta good"
     assert page.locator("tr[data-metric=blocking_calls] .delta").get_attribute("class") == "delta good"
+    # per-step overlay: each run's steps, wall and idle, as its report has them
+    page.wait_for_function("() => document.querySelector('#diff-steps .js-plotly-plot') && "
+                           "document.querySelector('#diff-steps .js-plotly-plot')._fullData", timeout=60_000)
+    overlay = page.evaluate("""() => document.querySelector('#diff-steps .js-plotly-plot').data
+                               .map(t => [t.meta.side, t.meta.key, Array.from(t.y)])""")
+    for side, name in (("before", "item_sync"), ("after", "decode")):
+        steps = report_of(name)["gaps"]["per_step"]
+        for key in ("wall_us", "idle_us"):
+            (ys,) = [y for s, k, y in overlay if s == side and k == key]
+            assert ys == pytest.approx([x[key] / 1e3 for x in steps])
+    # both timelines on one axis from each run's GPU window start; a zoom refines both
+    lanes = page.evaluate("""() => { const gd = document.querySelector('#diff-timeline .js-plotly-plot');
+                                     return gd && gd.layout.yaxis.ticktext; }""")
+    assert "before · GPU 0" in lanes and "after · GPU 0" in lanes and "after · steps" in lanes
+    page.evaluate("Plotly.relayout(document.querySelector('#diff-timeline .js-plotly-plot'), "
+                  "{'xaxis.range': [1, 2]})")
+    page.wait_for_function("() => { const m = document.querySelector('#diff-timeline .js-plotly-plot').layout.meta;"
+                           " return m && m.window_ms[0] === 1 && m.window_ms[1] === 2; }", timeout=60_000)
     screenshot(page, "diff-item_sync-decode")
 
     # the pickers write the pair into the URL; Back returns to the previous pair

@@ -44,3 +44,20 @@ def markdown_block(text: str, element_id: str, what: str) -> html.Div:
                   html.Span(f"Copy {what} as Markdown, for pasting into a GitHub issue")], className="copy-row"),
         html.Details([html.Summary("show the Markdown"), html.Pre(text, id=element_id, className="markdown")]),
     ], className="markdown-block")
+
+
+def window_from_relayout(relayout: dict | None) -> tuple[float, float] | str | None:
+    """(lo_ms, hi_ms) from a zoom or pan, "full" from a double-click, None for anything else (autosize)."""
+    if not relayout:
+        return None
+    for key, value in relayout.items():
+        if key.startswith("xaxis") and key.endswith(".range") and isinstance(value, list) and len(value) == 2:
+            return float(value[0]), float(value[1])
+    for key, value in relayout.items():
+        if key.startswith("xaxis") and key.endswith(".range[0]"):
+            other = relayout.get(key.replace("[0]", "[1]"))
+            if other is not None:
+                return float(value), float(other)
+    if any(key.startswith("xaxis") and key.endswith(".autorange") for key in relayout):
+        return "full"
+    return None

@@ -5,13 +5,14 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 
 from analyzer.api import compare, is_improvement, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
-from dashboard.figures import GRAPH_CONFIG, diff_figure
-from dashboard.pages.common import badge, error_card, markdown_block, run_href
+from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
+from dashboard.pages.common import badge, error_card, markdown_block, run_href, window_from_relayout
 from dashboard.runs import RunStore
 
 STATUS_COLORS = {"fixed": "#009E73", "new": "#D55E00", "changed": "#E69F00", "unchanged": "#999999"}
@@ -108,6 +109,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
             except UsageError as exc:
                 return error_card(str(exc), title=f"cannot analyze {run_id}")
         d = compare(before_id, reports[0], after_id, reports[1])
+        names = {"before": before_id, "after": after_id}
+        sides = {"before": reports[0], "after": reports[1]}
+        timelines = {side: store.timeline(store.find(names[side])) for side in names}
         verdict = d["verdict"]
         return html.Div([
             html.P([dcc.Link(before_id, href=run_href(before_id)), " → ",
@@ -119,5 +123,22 @@ def register(app: dash.Dash, store: RunStore) -> None:
                       html.Div(dcc.Graph(figure=diff_figure(d), config=GRAPH_CONFIG), className="diff-chart")],
                      className="diff-row"),
             html.H2("Findings"), _findings_table(d),
+            html.H2("Steps and timelines"),
+            dcc.Graph(id="diff-steps", figure=diff_steps_figure(names, sides), config=GRAPH_CONFIG),
+            dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines), config=TIMELINE_CONFIG),
             markdown_block(render_diff_markdown(d), "diff-md", "this comparison"),
         ])
+
+    @app.callback(Output("diff-timeline", "figure"), Input("diff-timeline", "relayoutData"),
+                  State("diff-before", "value"), State("diff-after", "value"), prevent_initial_call=True)
+    def refine_diff_timeline(relayout, before_id, after_id):
+        """Both runs' lanes recomputed for the zoomed window (as the run page's timeline)."""
+        window = window_from_relayout(relayout)
+        names = {"before": before_id, "after": after_id}
+        runs = {side: store.find(run_id) for side, run_id in names.items()}
+        if window is None or None in runs.values():
+            raise PreventUpdate
+        data = {side: store.timeline(run) for side, run in runs.items()}
+        if window == "full":
+            return diff_timeline_figure(names, data)
+        return diff_timeline_figure(names, data, min(window) * 1e6, max(window) * 1e6)

@@ -16,7 +16,7 @@ from analyzer.units import fmt_pct, fmt_us, plural
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
                                timeline_figure)
 from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block, run_href,
-                                    severity_badge)
+                                    severity_badge, window_from_relayout)
 from dashboard.runs import RunStore, format_created
 
 FINDING = "finding"
@@ -269,23 +269,6 @@ def _window_ns(data: TimelineData, spans_us: list, pad_share: float = 0.05, cont
 def _zoom(window_ns, highlights_us, data: TimelineData) -> dict:
     return {"window_ns": window_ns, "highlights_ns": [[(s - data.t0_us) * 1e3, (e - data.t0_us) * 1e3]
                                                       for s, e in highlights_us], "at": time.time()}
-
-
-def window_from_relayout(relayout: dict | None) -> tuple[float, float] | str | None:
-    """(lo_ms, hi_ms) from a zoom or pan, "full" from a double-click, None for anything else (autosize)."""
-    if not relayout:
-        return None
-    for key, value in relayout.items():
-        if key.startswith("xaxis") and key.endswith(".range") and isinstance(value, list) and len(value) == 2:
-            return float(value[0]), float(value[1])
-    for key, value in relayout.items():
-        if key.startswith("xaxis") and key.endswith(".range[0]"):
-            other = relayout.get(key.replace("[0]", "[1]"))
-            if other is not None:
-                return float(value), float(other)
-    if any(key.startswith("xaxis") and key.endswith(".autorange") for key in relayout):
-        return "full"
-    return None
 
 
 # ------------------------------------------------------------------ callbacks
