@@ -266,3 +266,5 @@ def test_one_job_of_traces_that_all_claim_rank_0_gets_its_job_report(tmp_path):
     report = json.loads((tmp_path / "d" / "report.json").read_text())
     (job,) = report["jobs"]
     assert job["ranks"] == [0] and job["duplicate_ranks"] == [0] and job["traces"] == len(traces)
+    md = (tmp_path / "d" / "report.md").read_text()  # one rank: a table row, not a section of cross-rank "none"s
+    assert "## Jobs of one rank (1)" in md and "### Stragglers" not in md

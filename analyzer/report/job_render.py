@@ -65,7 +65,7 @@ SLOW_HEADERS = ["seq", "collective", "group", "step", "# in step", "size", "took
 def _job_facts(job: dict) -> str:
     c = job["collectives"]
     facts = [plural(len(job["ranks"]), "rank") + f" of world size {job['world_size']}",
-             f"median step {fmt_ms(job['median_step_us'])} ms"]
+             f"median step {fmt_ms(job['median_step_us'])} ms" if job["median_step_us"] else "no steps"]
     if c["matched"]:
         facts.append(f"{plural(c['matched'], 'collective')} matched across ranks by "
                      f"{'Seq' if c['matched_by'] == 'seq' else 'order in the step'}, "
@@ -85,10 +85,34 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(mdsafe.cell(c) for c in row) + " |" for row in rows), ""]
 
 
+SINGLE_HEADERS = ["job", "rank", "GPU util", "steps", "median step (ms)", "busy (ms)", "comm (ms)", "idle (ms)",
+                  "top finding", "site"]
+
+
+def _single_rank(summary: dict) -> tuple[list[dict], list[dict]]:
+    """(jobs of several ranks, jobs of one rank): a one-rank job has nobody to wait for, so it gets a table row
+    instead of a section of cross-rank answers that would all say "none"."""
+    many = [j for j in summary["jobs"] if len(j["ranks"]) > 1]
+    return many, [j for j in summary["jobs"] if len(j["ranks"]) <= 1 and j["per_rank"]]
+
+
+def _single_cells(job: dict) -> list[str]:
+    r = job["per_rank"][0]
+    top = r["top_finding"] or {}
+    return [job["job"], str(r["rank"]), fmt_pct(r["utilization"]), str(r["step_us"]["n"]),
+            fmt_ms(r["step_us"]["median"]), fmt_ms(r["busy_us"]), fmt_ms(r["comm_us"]), fmt_ms(r["idle_us"]),
+            top.get("title") or "–", top.get("site") or "–"]
+
+
 def job_markdown(summary: dict) -> str:
     lines = ["<!-- gpu-idle-analyzer job report -->",
              f"# Job report: {plural(summary['traces'], 'trace')}, {plural(len(summary['jobs']), 'job')}", ""]
-    for job in summary["jobs"]:
+    many, single = _single_rank(summary)
+    if single:
+        lines += [f"## Jobs of one rank ({len(single)}): no other rank to compare with", ""]
+        lines += _md_table(SINGLE_HEADERS, [[*c[:-1], mdsafe.code(c[-1]) if c[-1] != "–" else c[-1]]
+                                            for c in map(_single_cells, single)])
+    for job in many:
         lines += [f"## Job {mdsafe.code(job['job'])}", "", _job_facts(job), "", "### Stragglers", ""]
         said = _straggler_lines(job)
         lines += [f"- {line}" for line in said] or [
@@ -153,7 +177,11 @@ def _esc_row(row: list[str]) -> list[str]:
 def job_html(summary: dict) -> str:
     title = f"Job report: {plural(summary['traces'], 'trace')}, {plural(len(summary['jobs']), 'job')}"
     body = [f"<header><h1>{_esc(title)}</h1></header>"]
-    for n, job in enumerate(summary["jobs"]):
+    many, single = _single_rank(summary)
+    if single:
+        body.append(_section(f"Jobs of one rank ({len(single)}): no other rank to compare with", _table(
+            SINGLE_HEADERS, [_esc_row(_single_cells(job)) for job in single])))
+    for n, job in enumerate(many):
         said = _straggler_lines(job)
         stragglers = ("<ul>" + "".join(f"<li>{_esc(s)}</li>" for s in said) + "</ul>") if said else (
             f"<p class=empty>no straggler (threshold {fmt_ms(job['threshold_us'])} ms)</p>")

@@ -39,7 +39,8 @@ def layout(store: RunStore, folder: str) -> html.Div:
         html.Div([html.A("report.md", href=download_href(folder, "job-report.md"), className="button", download=""),
                   html.A("report.html", href=download_href(folder, "job-report.html"), className="button",
                          download="")], className="downloads"),
-        *[_job(job, runs) for job in jobs],
+        _single_rank_jobs([j for j in jobs if len(j.get("ranks") or []) <= 1 and j.get("per_rank")], runs),
+        *[_job(job, runs) for job in jobs if len(job.get("ranks") or []) > 1],
         _population(report.get("population") or []),
         _errors(report.get("errors") or []),
         markdown_block(store.job_report_text(folder, "report.md"), "job-md", "the job report"),
@@ -82,6 +83,28 @@ def _job(job: dict, runs: dict[str, str]) -> html.Section:
                   config=GRAPH_CONFIG) if heatmap.get("ranks") else html.P("no steps: no heatmap", className="hint"),
         _slow(job.get("slow_collectives") or []),
     ], className="job")
+
+
+def _single_rank_jobs(jobs: list[dict], runs: dict[str, str]) -> html.Div | None:
+    """Jobs of one rank (a folder of unrelated traces): a row each, as they have no other rank to compare with."""
+    if not jobs:
+        return None
+    rows = []
+    for job in jobs:
+        r = job["per_rank"][0]
+        top = r.get("top_finding") or {}
+        rows.append(html.Tr([html.Td(job.get("job")), _rank_link(r, runs),
+                             html.Td(fmt_pct(r.get("utilization")), className="num"),
+                             html.Td(str((r.get("step_us") or {}).get("n", 0)), className="num"),
+                             html.Td(fmt_us(r.get("busy_us")), className="num"),
+                             html.Td(fmt_us(r.get("comm_us")), className="num"),
+                             html.Td(fmt_us(r.get("idle_us")), className="num"),
+                             html.Td([top.get("title") or "–", *([" at ", html.Code(top["site"])]
+                                                                  if top.get("site") else [])])],
+                            className="single-job-row"))
+    return html.Section([html.H2(f"Jobs of one rank ({len(jobs)}): no other rank to compare with"), html.Table(
+        [html.Thead(html.Tr([html.Th(h) for h in ("job", "rank", "GPU util", "steps", "busy", "comm", "idle",
+                                                  "top finding")])), html.Tbody(rows)], className="ranks")])
 
 
 def _stragglers(stragglers: list[dict], step_names: dict) -> html.Div:
