@@ -81,6 +81,11 @@ def test_ddp_comm_totals_partition_the_window(ddp):
     assert round(totals["busy_us"] / totals["window_us"], 4) == s["gpu_utilization"]
     assert totals["overlap_us"] + totals["comm_only_us"] == pytest.approx(totals["comm_us"])
     assert 0.3 < totals["comm_share"] < 0.4  # 357 ms of NCCL kernels in 1.0 s busy
+    # report.json says it too, and report.md in a sentence
+    comm = s["communication"]
+    assert comm["kernels"] == sum(c for _, _, c in work) == 2020
+    assert comm["comm_us"] == pytest.approx(comm_ns / 1e3, abs=1e-3) and comm["share_of_busy"] == totals["comm_share"]
+    assert "was communication (2020 NCCL/RCCL kernels" in api.render(ddp.report)["report.md"]
 
 
 @needs_external
@@ -102,7 +107,7 @@ def test_h200_fixtures_have_no_collectives(fixture):
     assert table.empty and list(table.columns)[:5] == ["seq", "name", "pg", "group_size", "bytes"]
     totals = comm_totals(a.context)
     s = a.report["summary"]
-    assert totals["comm_us"] == 0 and totals["overlap_us"] == 0
+    assert totals["comm_us"] == 0 and totals["overlap_us"] == 0 and "communication" not in a.report["summary"]
     assert totals["compute_us"] + totals["idle_us"] + totals["profiler_us"] == pytest.approx(totals["window_us"])
     assert round(totals["busy_us"] / totals["window_us"], 4) == s["gpu_utilization"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from analyzer.report.mdsafe import cell, code, finish, one_line
-from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us
+from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us, plural
 
 MAX_CHARS = 60_000
 MAX_STEP_ROWS = 24
@@ -88,6 +88,11 @@ def _header(report: dict) -> list[str]:
     by_cause = report["gaps"]["by_cause"]
     if any(by_cause.values()):
         lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items() if v) + ".", ""]
+    if comm := report["summary"].get("communication"):
+        lines += [f"Of the busy time, {fmt_us(comm['comm_us'])} ({fmt_pct(comm['share_of_busy'])}) was communication "
+                  f"({plural(comm['kernels'], 'NCCL/RCCL kernel')}; {fmt_us(comm['overlap_us'])} of it overlapped "
+                  f"compute): a rank waiting inside a collective for a late one counts as busy here; "
+                  f"`analyze-many` over all the ranks measures those waits.", ""]
     if notes := trace_notes(report):
         lines += [notes, ""]
     notes = report["trace"].get("notes")

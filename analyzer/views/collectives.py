@@ -31,11 +31,15 @@ import json
 import os
 import re
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from analyzer.trace import GpuKind
 from analyzer.views.timeline import activity_mask, merge_intervals
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMM_KERNEL = re.compile(r"(?:nccl|rccl|msccl)", re.IGNORECASE)
 _KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl|msccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
@@ -168,10 +172,11 @@ def _pg_label(args: dict) -> str | None:
     return f"{name} {ranks}" if len(ranks) <= 40 else f"{name} ranks#{hashlib.sha1(ranks.encode()).hexdigest()[:8]}"
 
 
-def collective_table(ctx) -> pd.DataFrame:
+def collective_table(ctx) -> "pd.DataFrame":
     """One row per collective kernel on the GPU, in start order; see the module's docstring for the columns' rules.
     `ordinal` is the collective's position among its process group's collectives in its step (in the trace when it
     is in no step): the same on every rank, since every rank issues a group's collectives in the same order."""
+    import pandas as pd  # the fleet's tables only: a single trace's analysis needs comm_totals, not pandas
     model = ctx.model
     gpu, names = model.gpu, model.names
     rows = np.flatnonzero(comm_rows(ctx))
