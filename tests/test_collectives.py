@@ -137,3 +137,14 @@ def test_comm_op_args_are_read_whole_across_chunk_boundaries(monkeypatch):
     monkeypatch.setattr(collectives, "_SCAN_OVERLAP", 4_000)
     assert collectives.comm_op_args(str(RESNET_DDP)) == raw
     collectives._scan_args.cache_clear()
+
+
+@needs_external
+def test_the_run_page_says_how_much_of_busy_was_communication(tmp_path):
+    import shutil
+    from dashboard.pages import run as run_page
+    from dashboard.runs import RunStore
+    (tmp_path / "ddp").mkdir()
+    shutil.copy(DDP, tmp_path / "ddp" / DDP.name)
+    page = str(run_page.layout(RunStore(tmp_path), "ddp", {}).to_plotly_json())
+    assert "357.34 ms (35.7%) was communication (2020 NCCL/RCCL kernels)" in page

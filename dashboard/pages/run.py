@@ -112,6 +112,9 @@ def _header(report: dict, run_id: str) -> html.Header:
                 f"{fmt_us(s.get('window_us'))} window · {plural(s.get('steps', 0), 'step')}"], className="summary"),
         html.P(["Step time: ", *step], className="summary"),
         html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items() if v], className="chips"),
+        html.P(f"Of the busy time, {fmt_us(comm['comm_us'])} ({fmt_pct(comm['share_of_busy'])}) was communication "
+               f"({plural(comm['kernels'], 'NCCL/RCCL kernel')}): a rank waiting inside a collective counts as busy",
+               className="summary communication") if (comm := s.get("communication")) else None,
         html.P(s["note"], className="note") if s.get("note") else None,
         *[html.P(f"meta.json: {w}", className="note meta-warning")
           for w in (report.get("source") or {}).get("meta_warnings") or []],
