@@ -79,17 +79,11 @@ def analyze_many(paths: list[str], out: str | Path, *, job: str | None = None, s
 
 
 def _job_report(out: Path, result: ManyResult) -> None:
-    """analyzer.report.job's job report over the dataset, when that module is there. Its failure is said in one
-    line and leaves the dataset (already complete) and the exit status as they are."""
+    """The job report (analyzer.report.job) over the dataset. Its failure is said in one line and leaves the dataset
+    (already complete) and the exit status as they are."""
+    from analyzer.fleet.task import one_line
+    from analyzer.report.job import write_job_report
     try:
-        from analyzer.report.job import write_job_report
-    except ImportError:
-        return
-    try:
-        written = write_job_report(out)
+        result.job_report = list(write_job_report(out))
     except Exception as exc:  # noqa: BLE001 - the dataset is written; the report over it is an extra
-        from analyzer.fleet.task import one_line
         result.job_report_error = one_line(exc)
-        return
-    result.job_report = [Path(p) for p in written] if isinstance(written, (list, tuple)) else []
-

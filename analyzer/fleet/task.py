@@ -39,12 +39,9 @@ def analyze_one(item: FleetInput, out_dir: str) -> dict:
 
 
 def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:
-    """views.collectives' table and totals, when that module is there (it is optional: ImportError skips it)."""
-    try:
-        from analyzer.views.collectives import collective_table, comm_totals
-    except ImportError:
-        return {}
-    totals = comm_totals(analysis.context) or {}
+    """views.collectives' table of this trace's collective kernels, and its totals as columns of the traces row."""
+    from analyzer.views.collectives import collective_table, comm_totals
+    totals = comm_totals(analysis.context)
     trace_row.update(comm_us=totals.get("comm_us"), compute_us=totals.get("compute_us"),
                      comm_overlap_us=totals.get("overlap_us"))
     frame = collective_table(analysis.context)
