@@ -59,6 +59,15 @@ def test_a_run_page_draws_with_the_lite_bundle(tmp_path):
             assert any(u.endswith("/_plotly-lite.js") for u in scripts), scripts
             assert not any("plotly.min.js" in u for u in scripts), scripts  # one plotly, the lite one
             assert page.evaluate("document.querySelector('#timeline .js-plotly-plot')._fullData.length") > 10
+            # reached from the run list without a reload: dcc.Graph loads plotly itself, the lite bundle too
+            page = browser.new_page()
+            scripts.clear()
+            page.on("response", lambda r: scripts.append(r.url) if "plotly" in r.url else None)
+            page.goto(f"http://127.0.0.1:{server.port}/")
+            page.click("td.run-id a")
+            page.wait_for_selector("#steps-graph .trace.bars .point path", timeout=60_000)
+            assert any(u.endswith("/_plotly-lite.js") for u in scripts), scripts
+            assert not any("plotly.min.js" in u for u in scripts), scripts
             browser.close()
     finally:
         server.shutdown()
