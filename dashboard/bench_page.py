@@ -4,9 +4,10 @@
     python dashboard/bench_page.py --size-mb 400
     python dashboard/bench_page.py traces/my-run        # or any run folder / trace file you have
 
-Prints the first analysis time, the time to a painted timeline once the analysis is cached (same server, and a
-fresh server that reloads the trace; the median of --repeat page loads each, in one browser profile as a user's), the page load's payload (data responses vs static JS), and for zooms from
-half the trace down to a few µs: the refine response size and the time until the new figure is drawn.
+Prints the first open (empty browser cache), the time to a painted timeline once the analysis is cached (same server,
+and a fresh server that reloads the trace; the median of --repeat page loads each, in one browser profile on disk as a
+user's), the page load's payload (data responses vs static JS), and for zooms from half the trace down to a few µs:
+the refine response size and the time until the new figure is drawn.
 """
 from __future__ import annotations
 
@@ -120,10 +121,11 @@ def main(argv=None) -> int:
         size = sum(p.stat().st_size for p in run_dir.iterdir() if p.name.startswith("rank") or p.suffix == ".gz")
         print(f"trace: {run_dir} ({size / 1e6:.0f} MB on disk)")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=LAUNCH_ARGS)
-            # one browser profile throughout, as a user's: the static JS is fetched and compiled on the first visit
-            # and comes from the browser's caches after that (the fresh server listens on the same port)
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            # one browser profile on disk throughout, as a user's (an incognito context keeps no compiled-code
+            # cache): the static JS is fetched and compiled on the first visit and comes from the browser's caches
+            # after that (the fresh server listens on the same port)
+            context = p.chromium.launch_persistent_context(str(work / "profile"), executable_path="/usr/bin/chromium",
+                                                           args=LAUNCH_ARGS, viewport={"width": 1400, "height": 900})
             first = open_page(context, f"{base}/run/{run_dir.name}")
             print(f"first open (analysis + page, empty browser cache): {first['painted_s']:.2f} s")
             first["page"].close()
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
                 lo, hi = mid - span * share / 2, mid + span * share / 2
                 nbytes, seconds = zoom(page, lo, hi)
                 print(f"{share:>10.0e} {hi - lo:>9.3f} ms {nbytes / 1e3:>7.0f} kB {seconds:>7.2f} s")
-            browser.close()
+            context.close()
             server.shutdown()
     finally:
         shutil.rmtree(work, ignore_errors=True)
