@@ -176,11 +176,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
         run_id = store.runs_by_trace().get(str(Path(source or "").resolve()))
         if run_id is None:
             raise PreventUpdate
-        run = store.find(run_id)
-        steps = (store.report(run).get("gaps") or {}).get("per_step") or []
+        rank_report = store.report(store.find(run_id))
+        steps = (rank_report.get("gaps") or {}).get("per_step") or []
         if not isinstance(position, int) or not 0 <= position < len(steps):
             return run_href(run_id)
-        step, t0 = steps[position], window_start_us(store.report(run))
+        step, t0 = steps[position], window_start_us(rank_report)
         lo, hi = (step["ts_us"] - t0) / 1e3, (step["ts_us"] + step["wall_us"] - t0) / 1e3
         pad = (hi - lo) * 0.02
         return run_href(run_id) + "?" + urlencode({"t0": f"{lo - pad:.3f}", "t1": f"{hi + pad:.3f}"})
