@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import gc
 import mmap
 import re
@@ -75,17 +77,23 @@ _ARGS_BY_CATEGORY = tuple(
     ([CATEGORY_CODE[c] for c in categories], fields) for categories, fields in (
         (("cpu_op", "user_annotation", "gpu_user_annotation"), ("external_id",)),
         (("cuda_runtime", "cuda_driver"), ("external_id", "correlation", "cbid")),
-        (tuple(GPU_KINDS), ("external_id", "correlation", "nbytes")),
+        (tuple(GPU_KINDS), ("external_id", "correlation", "nbytes", "stream")),
         (("python_function",), ("python_id", "python_parent_id")),
     )
 )
+_ARGS_GROUP_OF_CATEGORY = np.full(LEGACY_OPERATOR + 1, -1, dtype=np.int8)
+for _group, (_codes, _) in enumerate(_ARGS_BY_CATEGORY):
+    _ARGS_GROUP_OF_CATEGORY[_codes] = _group
 _ARGS_COLUMNS = {field: field for field in ("external_id", "correlation", "cbid", "python_id", "python_parent_id")}
 _ARGS_COLUMNS["nbytes"] = "bytes"
+_ARGS_COLUMNS["stream"] = "stream"
+_ARGS_MISSING = {"stream": NO_VALUE}  # -1 is a real stream (a Context Sync's)
 _ARGS_KEYS = {"external_id": "External id", "correlation": "correlation", "cbid": "cbid", "python_id": "Python id",
               "python_parent_id": "Python parent id", "nbytes": "bytes", "total_allocated": "Total Allocated",
               "total_reserved": "Total Reserved", "device_type": "Device Type", "device_id": "Device Id",
-              "addr": "Addr"}
+              "addr": "Addr", "stream": "stream"}
 _THREAD_COLUMNS = ("pid", "tid", "memory_pid", "memory_tid")
+_ARGS_ROWS = re.compile(r"args\d+_rows")
 _MEMORY_COLUMNS = tuple(f"memory_{field}" for field in ("pid", "tid", *_MEMORY_ARGS))
 _GPU_CODES = [CATEGORY_CODE[c] for c in GPU_KINDS]
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
@@ -119,7 +127,10 @@ def parse_trace(path: Path, progress: Progress | None = None) -> TraceModel:
     try:
         with trace_text(path) as text:
             builder, metadata = _read_in_chunks(text, path, progress) or _read_whole(text, path)
-        return builder.model(str(path), metadata)
+        model = builder.model(str(path), metadata)
+        del builder
+        release_free_memory()
+        return model
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -166,6 +177,7 @@ def _read_in_chunks(text: bytes | mmap.mmap, path: Path, progress: Progress | No
         progress(len(text), len(text))
     if not columns.events:
         raise TraceError(f"{path}: trace has no events")
+    release_free_memory()
     builder = _Builder(columns)
     if legacy:
         builder.notes[LEGACY_NOTE] += legacy
@@ -235,6 +247,22 @@ def _release_pages(text: bytes | mmap.mmap, below: int) -> None:
         text.madvise(mmap.MADV_DONTNEED, 0, below - below % mmap.PAGESIZE)
 
 
+def release_free_memory() -> None:
+    """Hand freed heap memory back to the OS. glibc keeps freed pages of its heap mapped (numpy's per-chunk columns
+    and the decoded Structs live there), so without this the process's RSS would stay at its peak for good."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; other C libraries have no such call
+    except (OSError, AttributeError):
+        return None
+
+
 def _same(value):
     return value
 
@@ -248,7 +276,9 @@ class EventColumns:
 
     A batch's fields are read while its Structs are fresh in the CPU caches. Every batch converts on its own, so a
     file read in chunks (and partly in a helper process) gives the columns reading it whole gives; string
-    pids/tids get provisional ids here, renumbered by name when the model is built.
+    pids/tids get provisional ids here, renumbered by name when the model is built. Times are converted to ns
+    here, a batch at a time. An args field is kept only for the slices of the categories whose tables use it:
+    column `args<g>_rows` holds the slice indices of group g of _ARGS_BY_CATEGORY, `args<g>_<column>` its values.
     """
 
     def __init__(self, *, lenient: bool) -> None:
@@ -256,6 +286,8 @@ class EventColumns:
         self.strings = StringTable()
         self.threads = ThreadIds()
         self.events = 0
+        self.slices = 0
+        self.lost_precision = False  # some ts had sub-µs digits a double cannot hold (see use_exact_ts)
         self.foreign: Counter[str] = Counter()  # category of a device neither CUDA nor HIP -> events
         self.problems: Counter[str] = Counter()  # odd values read as missing: reason -> count
         self._parts: dict[str, list[np.ndarray]] = {}
@@ -277,17 +309,21 @@ class EventColumns:
         memory_events = list(compress(instants, is_memory))
         pid, tid = self._thread_ids(slices, "pid"), self._thread_ids(slices, "tid")
         bad_names = [] if self.lenient else None
+        start_us = microseconds(slices, attrgetter("ts"), lenient=self.lenient)
+        memory_us = microseconds(memory_events, attrgetter("ts"), lenient=self.lenient)
+        self.lost_precision = self.lost_precision or lost_precision(start_us) or lost_precision(memory_us)
+        (start_ns, has_start), (dur_ns, dur_valid) = to_ns(start_us), to_ns(
+            microseconds(slices, attrgetter("dur"), lenient=self.lenient))
+        memory_ns, memory_has_ts = to_ns(memory_us)
         self._append(
             slice_rows=np.flatnonzero(is_slice) + self.events,
             category=category,
-            start_us=microseconds(slices, attrgetter("ts"), lenient=self.lenient),
-            dur_us=microseconds(slices, attrgetter("dur"), lenient=self.lenient),
+            start_ns=start_ns, has_start=has_start, dur_ns=dur_ns, dur_valid=dur_valid,
             pid=pid,
             tid=tid,
             name=self.strings.codes(slices, attrgetter("name"), lenient=self.lenient, bad=bad_names),
-            stream=self._streams(slices, category),
             memory_rows=instant_rows[np.array(is_memory, dtype=bool)] + self.events,
-            memory_us=microseconds(memory_events, attrgetter("ts"), lenient=self.lenient),
+            memory_ns=memory_ns, memory_has_ts=memory_has_ts,
             memory_is_oom=np.array([e.name == "[OutOfMemory]" for e in memory_events], dtype=bool),
         )
         if bad_names and bad_names[0]:
@@ -295,6 +331,7 @@ class EventColumns:
         self._append(**self._args_by_category(slices, category))
         self._append(**self._memory_columns(memory_events))
         self.events += len(events)
+        self.slices += len(slices)
 
     @staticmethod
     def _legacy_operators(slices: list, category: np.ndarray) -> None:
@@ -308,14 +345,16 @@ class EventColumns:
             self.foreign[CATEGORY_CODES.foreign_name(code)] += count
 
     def _args_by_category(self, slices: list, category: np.ndarray) -> dict[str, np.ndarray]:
-        """The args columns, each read only for the categories whose tables use it (MISSING in other rows)."""
-        columns = {column: np.full(len(slices), MISSING) for column in _ARGS_COLUMNS.values()}
-        for codes, fields in _ARGS_BY_CATEGORY:
+        """The args columns of each group of categories, read only for that group's slices."""
+        columns = {}
+        for group, (codes, fields) in enumerate(_ARGS_BY_CATEGORY):
             rows = np.isin(category, codes)
+            columns[f"args{group}_rows"] = np.flatnonzero(rows) + self.slices
             args = list(map(attrgetter("args"), compress(slices, rows.tolist())))
             for field in fields:
                 bad: list[np.ndarray] = []
-                values = ints(args, attrgetter(field), lenient=self.lenient, bad=bad)
+                values = ints(args, attrgetter(field), lenient=self.lenient, missing=_ARGS_MISSING.get(field, MISSING),
+                              bad=None if field == "stream" else bad)
                 if bad:
                     self._count_odd(bad[0], category[rows], f"args.{_ARGS_KEYS[field]}")
                 if field == "external_id":  # torch 1.8/1.9 wrote "external id" on runtime and GPU events
@@ -326,7 +365,7 @@ class EventColumns:
                                                attrgetter("external_id_lower"), lenient=self.lenient, bad=bad)
                         if bad:
                             self._count_odd(bad[0], category[rows][missing], "args.external id")
-                columns[_ARGS_COLUMNS[field]][rows] = values
+                columns[f"args{group}_{_ARGS_COLUMNS[field]}"] = values
         return columns
 
     def _count_odd(self, odd: np.ndarray, category: np.ndarray, key: str) -> None:
@@ -346,22 +385,15 @@ class EventColumns:
                     bad[0].sum())
         return columns
 
-    def _streams(self, slices: list, category: np.ndarray) -> np.ndarray:
-        """args.stream of GPU slices (NO_VALUE in other rows, and where it is not an integer)."""
-        is_gpu = np.isin(category, _GPU_CODES)
-        gpu_slices = list(compress(slices, is_gpu.tolist()))
-        stream = np.full(len(slices), NO_VALUE)
-        stream[is_gpu] = ints(gpu_slices, attrgetter("args.stream"), lenient=self.lenient, missing=NO_VALUE)
-        return stream
-
     def _thread_ids(self, rows: Sequence, field: str) -> np.ndarray:
         return self.threads.column(rows, attrgetter(field), lenient=self.lenient)
 
     def export(self) -> dict:
         """All columns, the name table and the event count, for extend() in another process."""
         exported = {name: self.column(name) for name in list(self._parts)}
-        return dict(exported, names=self.strings.strings(), events=self.events, thread_names=self.threads.export(),
-                    foreign=dict(self.foreign), problems=dict(self.problems))
+        return dict(exported, names=self.strings.strings(), events=self.events, slices=self.slices,
+                    lost_precision=self.lost_precision, thread_names=self.threads.export(), foreign=dict(self.foreign),
+                    problems=dict(self.problems))
 
     def extend(self, exported: dict) -> None:
         """Append the columns another EventColumns exported: the events that follow this one's in the file."""
@@ -370,16 +402,20 @@ class EventColumns:
         thread_names = exported.pop("thread_names")
         self.foreign.update(exported.pop("foreign"))
         self.problems.update(exported.pop("problems"))
+        self.lost_precision = self.lost_precision or exported.pop("lost_precision")
         for name, values in exported.items():
             if name in ("slice_rows", "memory_rows"):
                 values = values + self.events
+            elif _ARGS_ROWS.fullmatch(name):
+                values = values + self.slices
             elif name == "name":
                 values = codes[values]
             elif name in _THREAD_COLUMNS:
                 values = self.threads.adopt(thread_names, values)
-            if name != "events":
+            if name not in ("events", "slices"):
                 self._append(**{name: values})
         self.events += exported["events"]
+        self.slices += exported["slices"]
 
     def _append(self, **columns: np.ndarray) -> None:
         for name, values in columns.items():
@@ -402,19 +438,22 @@ class _Builder:
         self.strings, self.threads = columns.strings, columns.threads
         self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
         self.category = columns.column("category")
-        start_us, memory_us = columns.column("start_us"), columns.column("memory_us")
-        self.lost_precision = lost_precision(start_us) or lost_precision(memory_us)
-        self.start, self.has_start = to_ns(start_us)
-        self.memory_ts, self.memory_has_ts = to_ns(memory_us)
-        self.duration, self.dur_valid = to_ns(columns.column("dur_us"))
+        self.lost_precision = columns.lost_precision
+        self.start, self.has_start = columns.column("start_ns"), columns.column("has_start")
+        self.memory_ts, self.memory_has_ts = columns.column("memory_ns"), columns.column("memory_has_ts")
+        self.duration, self.dur_valid = columns.column("dur_ns"), columns.column("dur_valid")
         self._set_end()
-        self.pid, self.tid, self.external_id, self.correlation, self.cbid, self.bytes = map(
-            columns.column, ("pid", "tid", "external_id", "correlation", "cbid", "bytes")
-        )
-        self.pid, self.tid = self.threads.canonical(self.pid), self.threads.canonical(self.tid)
+        self.pid, self.tid = self.threads.canonical(columns.column("pid")), self.threads.canonical(columns.column("tid"))
         self.name = columns.column("name")
-        self.python_id, self.python_parent_id = columns.column("python_id"), columns.column("python_parent_id")
-        self.stream = columns.column("stream")
+        # A slice's args are at args_position in the values of the one group of _ARGS_BY_CATEGORY its category is in.
+        self.args: dict[str, list[tuple[int, np.ndarray]]] = {}  # column -> [(group, values)]
+        self.args_position = np.zeros(len(self.category), dtype=np.int32)
+        for group, (_, fields) in enumerate(_ARGS_BY_CATEGORY):
+            rows = columns.column(f"args{group}_rows")
+            self.args_position[rows] = np.arange(len(rows), dtype=np.int32)
+            for field in fields:
+                column = _ARGS_COLUMNS[field]
+                self.args.setdefault(column, []).append((group, columns.column(f"args{group}_{column}")))
         self.memory_columns = {name: columns.column(name) for name in (*_MEMORY_COLUMNS, "memory_is_oom")}
         for name in ("memory_pid", "memory_tid"):
             self.memory_columns[name] = self.threads.canonical(self.memory_columns[name])
@@ -429,13 +468,14 @@ class _Builder:
         """end = start + dur; a dur whose end would not fit in int64 ns is invalid, not a wrapped-around end."""
         overflow = (self.duration > 0) & (self.start > np.iinfo(np.int64).max - self.duration)
         self.has_duration = self.dur_valid & ~overflow
+        self.negative = self.has_duration & (self.duration < 0)
         self.end = np.where(overflow, self.start, self.start + self.duration)
 
     def _rows(self, table: str, *categories: str) -> np.ndarray:
         """Indices into the slice columns of the table's placeable rows, sorted by (start, longest first)."""
         rows = np.flatnonzero(np.isin(self.category, [CATEGORY_CODE[c] for c in categories]))
         has_start, has_duration = self.has_start[rows], self.has_duration[rows]
-        negative = has_duration & (self.duration[rows] < 0)
+        negative = self.negative[rows]
         for mask, reason in zip((~has_start, has_start & ~has_duration, has_start & negative), _SKIP_REASONS):
             if mask.any():
                 self.warnings[f"{table}: {reason}"] += int(mask.sum())
@@ -444,7 +484,18 @@ class _Builder:
         return rows[np.lexsort((-end, self.start[rows]))]
 
     def _shared(self, rows: np.ndarray, *columns: str) -> dict[str, np.ndarray]:
-        return {column: getattr(self, column.removesuffix("_ns"))[rows] for column in columns}
+        return {column: self._values(column.removesuffix("_ns"), rows) for column in columns}
+
+    def _values(self, column: str, rows: np.ndarray) -> np.ndarray:
+        """One column's values at the given slice rows; an args column is looked up in the groups that hold it."""
+        if column not in self.args:
+            return getattr(self, column)[rows]
+        values = np.full(len(rows), _ARGS_MISSING.get(column, MISSING))
+        group_of_rows, position = _ARGS_GROUP_OF_CATEGORY[self.category[rows]], self.args_position[rows]
+        for group, group_values in self.args[column]:
+            here = group_of_rows == group
+            values[here] = group_values[position[here]]
+        return values
 
     def _ops(self) -> dict[str, np.ndarray]:
         rows = self._rows("ops", "cpu_op", "user_annotation")
@@ -455,7 +506,8 @@ class _Builder:
     def _frames(self) -> dict[str, np.ndarray]:
         rows = self._rows("frames", "python_function")
         columns = self._shared(rows, "start_ns", "end_ns", "pid", "tid", "name")
-        columns["python_id"], columns["parent_python_id"] = self.python_id[rows], self.python_parent_id[rows]
+        columns["python_id"] = self._values("python_id", rows)
+        columns["parent_python_id"] = self._values("python_parent_id", rows)
         return columns
 
     def _runtime(self) -> dict[str, np.ndarray]:
@@ -470,7 +522,7 @@ class _Builder:
         columns["device"] = columns.pop("pid")
         # tid is not always the stream: a Context Sync (stream -1) is drawn at tid 1 (or -1), and newer
         # kineto draws a Stream Sync at stream + 1000000. Older kineto writes stream -1 as uint32.
-        stream = self.stream[rows]
+        stream = self._values("stream", rows)
         stream = np.where(stream == 2**32 - 1, -1, stream)
         columns["stream"] = np.where(stream == NO_VALUE, columns.pop("tid"), stream)
         kind_by_code = np.zeros(len(MODELLED_CATEGORIES) + 1, dtype=np.int8)
@@ -504,8 +556,10 @@ class _Builder:
         return {column: values[rows] for column, values in columns.items()}
 
     def model(self, path: str, metadata: dict) -> TraceModel:
+        self.slice_rows = self.memory_rows = self.duration = self.dur_valid = None  # needed only before this
         ops, frames, runtime, gpu = self._ops(), self._frames(), self._runtime(), self._gpu()
         memory, gpu_annotations, overhead = self._memory(), self._gpu_annotations(), self._overhead()
+        self._drop_event_columns()
         self._join_threads(ops, frames, runtime, memory)
         self._join_correlations(runtime, gpu)
         names = self.strings.strings()
@@ -520,17 +574,28 @@ class _Builder:
             foreign_activity=dict(sorted(self.foreign.items())),
         )
 
+    def _drop_event_columns(self) -> None:
+        """Free the columns of every event once the tables hold their rows: on a 1 GB trace they are about a third
+        of the peak memory, and the joins that follow need as much again."""
+        for name in ("category", "start", "has_start", "memory_ts", "memory_has_ts", "has_duration", "negative", "end", "pid", "tid",
+                     "name", "args", "args_position", "memory_columns"):
+            setattr(self, name, None)
+        release_free_memory()
+
     def _join_threads(self, ops: dict, frames: dict, runtime: dict, memory: dict) -> None:
         tables = (ops, frames, runtime, memory)
         ops_key, frames_key, runtime_key, memory_key = joins.thread_keys(
             [t["pid"] for t in tables], [t["tid"] for t in tables]
         )
+        # One Intervals at a time: each holds copies of its table's columns.
         op_intervals = joins.Intervals(ops_key, ops["start_ns"], ops["end_ns"], sorted_by_start=True)
-        frame_intervals = joins.Intervals(frames_key, frames["start_ns"], frames["end_ns"], sorted_by_start=True)
         ops["parent"] = op_intervals.parents()
+        del op_intervals
         ops["depth"] = joins.depth_from_parent(ops["parent"])
+        frame_intervals = joins.Intervals(frames_key, frames["start_ns"], frames["end_ns"], sorted_by_start=True)
         ops["frame"] = frame_intervals.innermost_enclosing(ops_key, ops["start_ns"], ops["end_ns"])
         runtime["frame"] = frame_intervals.innermost_enclosing(runtime_key, runtime["start_ns"], runtime["end_ns"])
+        del frame_intervals
 
         cpu_rows = np.flatnonzero(~ops["is_annotation"])
         cpu_intervals = joins.Intervals(

@@ -24,6 +24,10 @@ def thread_keys(pids: Sequence[np.ndarray], tids: Sequence[np.ndarray]) -> list[
     return np.split(keys, np.cumsum([len(p) for p in pids])[:-1])
 
 
+def _is_sorted(values: np.ndarray) -> bool:
+    return bool((values[1:] >= values[:-1]).all())
+
+
 def _threshold(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """An enclosing interval must end after this: after the start, or at a zero-length event's instant."""
     return np.where(end > start, start, start - 1)
@@ -41,8 +45,12 @@ class Intervals:
 
     def __init__(self, key: np.ndarray, start: np.ndarray, end: np.ndarray, *, sorted_by_start: bool = False) -> None:
         """sorted_by_start: rows already ordered by (start, longest first), as every model table is."""
-        self.order = np.argsort(key, kind="stable") if sorted_by_start else np.lexsort((-end, start, key))
-        self.key, self.start, self.end = key[self.order], start[self.order], end[self.order]
+        if sorted_by_start and _is_sorted(key):  # one thread, or threads one after the other: no copies needed
+            self.order = np.arange(len(key))
+            self.key, self.start, self.end = key, start, end
+        else:
+            self.order = np.argsort(key, kind="stable") if sorted_by_start else np.lexsort((-end, start, key))
+            self.key, self.start, self.end = key[self.order], start[self.order], end[self.order]
         self.parent_sorted = self._link_parents()
 
     def _link_parents(self) -> np.ndarray:
