@@ -46,6 +46,9 @@ class Progress:
         self.label = ""
 
 
+TICKER_THREAD_NAME = "gpu-idle-ticker"  # analyzer.trace.helper may fork beside it (it holds no lock but stderr's)
+
+
 class Ticker:
     """`with Ticker("parsing x.json", size_bytes) as ticker:` keeps one line on stderr up to date while a long call
     runs: elapsed time, and once the call reports its progress through `ticker.update(done, total)` (bytes), a bar,
@@ -69,7 +72,7 @@ class Ticker:
         self.started = time.perf_counter()
         self._stop = threading.Event()
         if self.live:
-            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread = threading.Thread(target=self._run, daemon=True, name=TICKER_THREAD_NAME)
             self._thread.start()
         return self
 

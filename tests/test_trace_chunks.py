@@ -50,18 +50,21 @@ def test_chunked_read_matches_whole_file_read(trace, chunk_reads, monkeypatch):
     same_model(model, whole_file_model(trace, monkeypatch))
 
 
-def test_helper_process_reads_the_second_part(tmp_path, chunk_reads, monkeypatch):
+@pytest.mark.parametrize("fork", [True, False], ids=["forked helper", "fresh interpreter"])
+def test_helper_process_reads_the_second_part(tmp_path, chunk_reads, monkeypatch, fork):
     trace = tmp_path / "rank0.trace.json"
     trace.write_bytes(gzip.decompress((FIX / "item_sync" / "rank0.trace.json.gz").read_bytes()))
     monkeypatch.setattr(build, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(build, "HELPER_HEAD_START_BYTES", 0)
-    joined = []
+    monkeypatch.setattr(build, "can_fork", lambda: fork)
+    joined, helpers = [], []
     join_into = build.Helper.join_into
-    monkeypatch.setattr(build.Helper, "join_into", lambda self, columns: joined.append(join_into(self, columns))
-                        or joined[-1])
+    monkeypatch.setattr(build.Helper, "join_into", lambda self, columns: helpers.append(self) or joined.append(
+        join_into(self, columns)) or joined[-1])
     progress = []
     model = load_trace(trace, progress=lambda done, total: progress.append((done, total)))
     assert joined and joined[0] is not None  # the helper's columns were used
+    assert (helpers[0].process is None) == fork  # a fork has no Popen
     same_model(model, whole_file_model(trace, monkeypatch))
     assert progress[-1] == (trace.stat().st_size, trace.stat().st_size)
 

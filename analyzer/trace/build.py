@@ -21,7 +21,7 @@ from . import joins
 from .columns import StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
-from .helper import Helper, available_cpus
+from .helper import Helper, available_cpus, can_fork
 from .parse import (
     LEGACY_NOTE, MISSING, NO_VALUE, EventArray, NotChunkable, adopt_legacy_events, canonical_category, chunk_json,
     decode_exact_ts, decode_trace, decoded_chunks, find_event_array, foreign_device, split_after, trace_text,
@@ -204,7 +204,8 @@ def read_events(text: bytes | mmap.mmap, array: EventArray, columns: EventColumn
 
 
 PARALLEL_MIN_BYTES = 64 << 20
-# The helper starts its interpreter while this process already reads: it gets a little less than half.
+# A helper that is not a fork starts its interpreter while this process already reads: it gets a little less than
+# half.
 HELPER_HEAD_START_BYTES = 32 << 20
 
 
@@ -213,10 +214,12 @@ def _share_with_helper(text: bytes | mmap.mmap, path: Path, array: EventArray) -
     size = array.end - array.start
     if not isinstance(text, mmap.mmap) or size < PARALLEL_MIN_BYTES or available_cpus() < 2:
         return array, None
-    own_end, helper_start = split_after(text, array.start + (size + HELPER_HEAD_START_BYTES) // 2, array.end)
+    fork = can_fork()
+    head_start = 0 if fork else HELPER_HEAD_START_BYTES
+    own_end, helper_start = split_after(text, array.start + (size + head_start) // 2, array.end)
     if own_end == array.end:
         return array, None
-    helper = Helper(path, len(text), dataclasses.replace(array, start=helper_start))
+    helper = Helper(path, text, dataclasses.replace(array, start=helper_start), fork=fork)
     return dataclasses.replace(array, end=own_end), helper
 
 

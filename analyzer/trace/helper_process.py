@@ -1,5 +1,5 @@
-"""What runs in the helper process (analyzer.trace.helper starts it): read one part of a large trace's event array
-into numpy columns and pickle them to stdout.
+"""What runs in the helper process when it cannot be a fork (analyzer.trace.helper starts it): read one part of a
+large trace's event array into numpy columns and pickle them to stdout.
 
     python -m analyzer.trace.helper_process TRACE TEXT_LENGTH START END BARE
 """
@@ -11,9 +11,8 @@ import pickle
 import sys
 from pathlib import Path
 
-from .build import EventColumns, read_events
-from .helper import NOT_CHUNKABLE
-from .parse import EventArray, NotChunkable, trace_text
+from .helper import read_part
+from .parse import EventArray, trace_text
 
 
 def main(argv: list[str]) -> int:
@@ -22,12 +21,7 @@ def main(argv: list[str]) -> int:
     with trace_text(Path(trace)) as text:
         if not isinstance(text, mmap.mmap) or len(text) != int(text_length):
             return 1  # not the file the main process is reading
-        columns = EventColumns(lenient=False)
-        try:
-            spans, legacy = read_events(text, EventArray(int(start), int(end), {}, bare=bare == "1"), columns)
-            result = {"columns": columns.export(), "spans": spans, "legacy": legacy}
-        except NotChunkable:
-            result = NOT_CHUNKABLE
+        result = read_part(text, EventArray(int(start), int(end), {}, bare=bare == "1"))
     pickle.dump(result, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.flush()
     return 0
