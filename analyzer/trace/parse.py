@@ -225,12 +225,13 @@ _LENIENT = msgspec.json.Decoder(Union[_trace_struct(_LenientItem), list[_Lenient
 @contextmanager
 def trace_text(path: Path) -> Iterator[bytes | mmap.mmap]:
     """The file's JSON text: the file mapped into memory, or its gunzipped bytes when it
-    starts with the gzip magic bytes. Mapping avoids copying a large file before decoding."""
+    starts with the gzip magic bytes. Mapping avoids copying a large file before decoding. The mapping is private
+    (copy on write): decoded_chunks writes brackets into it, and puts back what was there."""
     try:
         with open(path, "rb") as file:
             if os.fstat(file.fileno()).st_size == 0:
                 raise TraceError(f"{path}: empty file, expected a Kineto trace (JSON)")
-            text = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            text = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     except OSError as error:
         raise TraceError(f"{path}: cannot read file ({error.strerror or error})") from None
     try:
@@ -500,14 +501,16 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
     """(events as strict Structs, start, end) for consecutive spans text[start:end] of the array, each about
     CHUNK_BYTES long, in file order. Raises NotChunkable."""
     chunk_bytes, start = CHUNK_BYTES, array.start
-    buffer = bytearray(2 * chunk_bytes)  # reused: fresh memory for every chunk costs a page fault per 4 KiB
+    # Unmapped text (gunzipped) is copied into this buffer, reused: fresh memory for every chunk costs a page fault
+    # per 4 KiB.
+    buffer = bytearray(0 if isinstance(text, mmap.mmap) else 2 * chunk_bytes)
     while True:
         end, next_start = split_after(text, start + chunk_bytes, array.end)
         for _ in range(_SPLIT_RETRIES):
-            if end - start + 2 > len(buffer):
+            if end - start + 2 > len(buffer) and not isinstance(text, mmap.mmap):
                 buffer = bytearray(end - start + 2)
             try:
-                with chunk_json(text, start, end, buffer) as chunk:
+                with _as_array(text, start, end, buffer) as chunk:
                     events = decode_chunk(chunk)
                 break
             except msgspec.ValidationError:
@@ -530,6 +533,24 @@ def split_after(text: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int]:
     """(end of a chunk, start of the next) at the first gap between two events after `at`; (end, end) if none."""
     gap = _EVENT_GAP.search(text, at, end) if at < end else None
     return (gap.start() + 1, gap.end() - 1) if gap else (end, end)
+
+
+@contextmanager
+def _as_array(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray) -> Iterator[memoryview]:
+    """text[start:end] as a JSON array. In a mapped file, in place: `[` and `]` are written over the bytes just
+    outside the span (the array's own bracket, or a comma or blank between two events) and put back afterwards,
+    which spares copying every chunk (the mapping is private to this process). Else copied into buffer."""
+    if not isinstance(text, mmap.mmap):
+        with chunk_json(text, start, end, buffer) as chunk:
+            yield chunk
+        return
+    before, after = text[start - 1], text[end]
+    text[start - 1], text[end] = ord("["), ord("]")
+    try:
+        with memoryview(text) as view, view[start - 1 : end + 1] as chunk:
+            yield chunk
+    finally:
+        text[start - 1], text[end] = before, after
 
 
 def chunk_json(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray | None = None) -> memoryview:
