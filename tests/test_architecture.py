@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LEAVES = {"analyzer.errors", "analyzer.units", "analyzer.progress", "analyzer.codepaths", "analyzer"}  # `analyzer`: __version__ only
+LEAVES = {"analyzer.errors", "analyzer.units", "analyzer.arrays", "analyzer.progress", "analyzer.codepaths", "analyzer"}  # `analyzer`: __version__ only
 ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
     "analyzer.capture": set(),
     "analyzer.trace": set(),

@@ -117,6 +117,21 @@ def test_tables_are_sorted_by_start_and_read_only(path):
 
 
 @by_trace
+def test_start_order_and_distinct_agree_with_numpy(path):
+    """The loader's fast sort by (start, longest first) and its distinct values (analyzer.arrays) give what np.lexsort
+    and np.unique give: on the trace's ops in a shuffled order, with starts cut to whole µs so that many tie."""
+    from analyzer.arrays import distinct
+    from analyzer.trace.joins import start_order
+    model = model_of(path)
+    shuffled = np.random.default_rng(0).permutation(len(model.ops))
+    start, end = model.ops.start_ns[shuffled] // 1000, model.ops.end_ns[shuffled] // 1000
+    assert np.array_equal(start_order(start, end), np.lexsort((-end, start)))
+    assert np.array_equal(start_order(np.sort(start), end), np.lexsort((-end, np.sort(start))))
+    for values in (start, model.ops.name, model.gpu.stream, model.frames.name):
+        assert np.array_equal(distinct(values), np.unique(values))
+
+
+@by_trace
 def test_correlation_joins_pair_equal_ids(path):
     model, events = model_of(path), raw_events(path)
     gpu, runtime = model.gpu, model.runtime

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.allocator_records import snapshot_findings, snapshot_section
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
@@ -43,7 +44,7 @@ def _downsample(ts: np.ndarray, *series: np.ndarray) -> tuple[np.ndarray, ...]:
         if hi > lo:
             part = series[0][lo:hi]
             keep += [lo + int(part.argmin()), lo + int(part.argmax())]
-    rows = np.unique(np.asarray(keep))
+    rows = distinct(np.asarray(keep))
     return (ts[rows], *(s[rows] for s in series))
 
 

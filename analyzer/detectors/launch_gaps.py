@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
 from analyzer.units import us
@@ -26,7 +27,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     window_us = ctx.timeline.window_ns / 1e3
     dur = idle.duration_ns
     by_cause = {c: us(idle.total_ns(i)) for i, c in enumerate(CAUSES)}
-    gap_cause = np.unique(idle.gap * len(CAUSES) + idle.cause)  # each (gap, cause) pair once
+    gap_cause = distinct(idle.gap * len(CAUSES) + idle.cause)  # each (gap, cause) pair once
     per_cause = np.bincount(gap_cause % len(CAUSES), minlength=len(CAUSES))
     counts = {c: int(per_cause[i]) for i, c in enumerate(CAUSES)}
     long = (idle.cause == CPU_LAUNCH) & (dur >= long_gap_us * 1e3)
@@ -365,7 +366,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
     if impact <= 0:
         return []
     rows = np.flatnonzero(short)
-    gaps = int(len(np.unique(idle.gap[rows])))
+    gaps = int(len(distinct(idle.gap[rows])))
     keys = _pieces_site_keys(ctx, rows)
     codes, inverse = np.unique(keys, return_inverse=True)
     per_site = np.bincount(inverse.reshape(-1), weights=idle.duration_ns[rows] / 1e3, minlength=len(codes))
@@ -452,7 +453,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
     impact = us(idle.duration_ns[sel].sum())
     if impact <= 0:
         return []
-    n = int(len(np.unique(idle.gap[sel])))
+    n = int(len(distinct(idle.gap[sel])))
     worst = np.flatnonzero(sel)[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
     replayed = ctx.graphs.replayed
     before = sel & (ctx.gaps.launch[idle.gap] < 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import waits
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import plural, us
@@ -52,7 +53,7 @@ def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool
     sites = by_site.rows(lambda s: -s["idle_us"])
     for s in sites:
         s["max_us"] = round(s["max_us"], 3)
-    return {"idle_us": round(total, 3), "count": int(len(np.unique(idle.gap[sel]))), "sites": sites[:20]}
+    return {"idle_us": round(total, 3), "count": int(len(distinct(idle.gap[sel]))), "sites": sites[:20]}
 
 
 class _ThreadFrames:

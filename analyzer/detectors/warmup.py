@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import describe_frame
@@ -70,6 +71,6 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
     return [Finding(
         kind="warmup", severity=severity_for(impact, window_us),
         title=f"One-time costs in the profiled window: {what}",
-        call_site=None, impact_us=impact, count=int(len(np.unique(idle.gap[sel]))), advice=advice, id="warmup",
+        call_site=None, impact_us=impact, count=int(len(distinct(idle.gap[sel]))), advice=advice, id="warmup",
         detail={"breakdown": data["breakdown"]},
         occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))]

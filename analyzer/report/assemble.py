@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
 from analyzer.detectors.base import SEVERITIES
@@ -209,7 +210,7 @@ def _timeline_payload(ctx: AnalysisContext) -> dict:
         mine = np.flatnonzero(piece_device == dev.device)
         dur = idle.end_ns[mine] - idle.start_ns[mine]
         chosen = mine if len(mine) <= MAX_INTERVALS else np.sort(mine[np.argsort(-dur)[:MAX_INTERVALS]])
-        for key in np.unique(keys[chosen]).tolist():
+        for key in distinct(keys[chosen]).tolist():
             if key not in site_index:
                 label = describe_site(ctx, key)["label"]
                 site_index[key] = len(sites) if label != "(unknown)" else -1

@@ -19,6 +19,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.codepaths import FrameKind
 from analyzer.report.figures import window_start_us
 from analyzer.units import fmt_bytes, fmt_pct, fmt_us
@@ -199,7 +200,7 @@ def thin_curve(ts: np.ndarray, values: np.ndarray, lo: float, hi: float, bins: i
     group_of_sorted = group[by_value]
     firsts = np.flatnonzero(np.diff(group_of_sorted, prepend=group_of_sorted[0] - 1))
     lasts = np.append(firsts[1:], len(idx)) - 1
-    keep = np.unique(np.concatenate([starts, last, by_value[firsts], by_value[lasts]]))
+    keep = distinct(np.concatenate([starts, last, by_value[firsts], by_value[lasts]]))
     return idx[keep]
 
 
@@ -499,7 +500,7 @@ class TimelineData:
             memory.append(MemoryCurve(m.device, ts, alloc, res))
         steps = self.gpu_lanes[0]
         shown = steps.visible(lo, hi, STEP_LINES_LIMIT)
-        edges = np.unique(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
+        edges = distinct(np.concatenate([steps.starts[shown], steps.ends[shown]])) \
             if shown is not None and len(shown) else np.zeros(0)
         return TimelineView(lo, hi, lanes, self._markers(self.sync_rows, lo, hi),
                             self._markers(self.alloc_rows, lo, hi), memory, edges)

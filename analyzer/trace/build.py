@@ -17,11 +17,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from . import joins
 from .columns import StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
-from .helper import Helper, available_cpus, can_fork
+from .helper import NOT_CHUNKABLE, Helper, available_cpus, can_fork
 from .parse import (
     LEGACY_NOTE, MISSING, NO_VALUE, EventArray, NotChunkable, adopt_legacy_events, canonical_category, chunk_json,
     decode_exact_ts, decode_trace, decoded_chunks, find_event_array, foreign_device, split_after, trace_text,
@@ -203,6 +204,16 @@ def read_events(text: bytes | mmap.mmap, array: EventArray, columns: EventColumn
     return spans, legacy
 
 
+def read_part(text: bytes | mmap.mmap, array: EventArray) -> dict | str:
+    """What a helper sends back: the array's events as exported columns, or NOT_CHUNKABLE."""
+    columns = EventColumns(lenient=False)
+    try:
+        spans, legacy = read_events(text, array, columns)
+    except NotChunkable:
+        return NOT_CHUNKABLE
+    return {"columns": columns.export(), "spans": spans, "legacy": legacy}
+
+
 PARALLEL_MIN_BYTES = 64 << 20
 # A helper that is not a fork starts its interpreter while this process already reads: it gets a little less than
 # half.
@@ -219,7 +230,7 @@ def _share_with_helper(text: bytes | mmap.mmap, path: Path, array: EventArray) -
     own_end, helper_start = split_after(text, array.start + (size + head_start) // 2, array.end)
     if own_end == array.end:
         return array, None
-    helper = Helper(path, text, dataclasses.replace(array, start=helper_start), fork=fork)
+    helper = Helper(path, text, dataclasses.replace(array, start=helper_start), fork=fork, read_part=read_part)
     return dataclasses.replace(array, end=own_end), helper
 
 
@@ -484,7 +495,7 @@ class _Builder:
                 self.warnings[f"{table}: {reason}"] += int(mask.sum())
         rows = rows[has_start & has_duration & ~negative]
         end = self.end[rows]
-        return rows[np.lexsort((-end, self.start[rows]))]
+        return rows[joins.start_order(self.start[rows], end)]
 
     def _shared(self, rows: np.ndarray, *columns: str) -> dict[str, np.ndarray]:
         return {column: self._values(column.removesuffix("_ns"), rows) for column in columns}
@@ -658,7 +669,7 @@ class _Builder:
             self.warnings[WARNING_LAUNCH_MISSING] += count
 
     def _steps(self, ops: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-        annotation_codes = np.unique(ops["name"][ops["is_annotation"]])
+        annotation_codes = distinct(ops["name"][ops["is_annotation"]])
         step_codes = [code for code in annotation_codes.tolist() if STEP_NAME.match(names[code])]
         rows = np.flatnonzero(ops["is_annotation"] & np.isin(ops["name"], step_codes))
         return {"start_ns": ops["start_ns"][rows], "end_ns": ops["end_ns"][rows], "name": ops["name"][rows], "op": rows}

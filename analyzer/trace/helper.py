@@ -15,6 +15,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from analyzer.progress import TICKER_THREAD_NAME
 
@@ -31,17 +32,6 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def read_part(text, array) -> dict | str:
-    """What a helper sends back: array's events as exported columns, or NOT_CHUNKABLE."""
-    from .build import EventColumns, read_events
-    columns = EventColumns(lenient=False)
-    try:
-        spans, legacy = read_events(text, array, columns)
-    except NotChunkable:
-        return NOT_CHUNKABLE
-    return {"columns": columns.export(), "spans": spans, "legacy": legacy}
-
-
 def can_fork() -> bool:
     if not hasattr(os, "fork") or sys.platform != "linux":
         return False
@@ -52,13 +42,14 @@ def can_fork() -> bool:
 class Helper:
     """The helper process reading array (a part of the trace at path, mapped as text here) into columns."""
 
-    def __init__(self, path: Path, text, array, *, fork: bool) -> None:
-        """fork: a fork of this process (when can_fork() says it is safe), else a fresh interpreter."""
+    def __init__(self, path: Path, text, array, *, fork: bool, read_part: Callable) -> None:
+        """fork: a fork of this process (when can_fork() says it is safe) that sends back read_part(text, array),
+        else a fresh interpreter running analyzer.trace.helper_process."""
         self.array = array
         self.process: subprocess.Popen | None = None
         self.pid: int | None = None
         if fork:
-            self._fork(text, array)
+            self._fork(read_part, text, array)
             return
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
                                                                        os.environ.get("PYTHONPATH")])))
@@ -67,7 +58,7 @@ class Helper:
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.output = self.process.stdout
 
-    def _fork(self, text, array) -> None:
+    def _fork(self, read_part: Callable, text, array) -> None:
         read_fd, write_fd = os.pipe()
         with warnings.catch_warnings():  # Python 3.12 warns of any other thread; can_fork allowed only ours
             warnings.simplefilter("ignore", DeprecationWarning)

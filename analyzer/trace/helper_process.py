@@ -11,7 +11,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from .helper import read_part
+from .build import read_part
 from .parse import EventArray, trace_text
 
 

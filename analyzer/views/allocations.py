@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.codepaths import FrameKind, path_kind
 from analyzer.trace import TraceModel
 from analyzer.trace.snapshot import (ACTIONS, ALLOC, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
@@ -216,7 +217,7 @@ class _PathDisplay:
 
     def __init__(self, model: TraceModel):
         files = set()
-        for code in np.unique(model.frames.name).tolist() if len(model.frames) else []:
+        for code in distinct(model.frames.name).tolist() if len(model.frames) else []:
             name = model.names[code]
             if "(" in name and not name.startswith("<"):
                 files.add(name.rsplit("(", 1)[0])

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.views import waits
 from analyzer.views.graphs import GraphUse
@@ -215,7 +216,7 @@ def _carve(a, b, gap_key, remainder, launch, layers: list[_Layer]) -> IdlePieces
     carved = np.flatnonzero(gap_key >= 0)
     for rank, layer in enumerate(layers):
         key, s, e, row, frame, op = _merged(layer)
-        for k in np.intersect1d(np.unique(gap_key[carved]), key).tolist():
+        for k in np.intersect1d(distinct(gap_key[carved]), key).tolist():
             g = carved[gap_key[carved] == k]
             lo_i, hi_i = np.searchsorted(key, k, "left"), np.searchsorted(key, k, "right")
             ks, ke = s[lo_i:hi_i], e[lo_i:hi_i]
@@ -256,7 +257,7 @@ def _carve(a, b, gap_key, remainder, launch, layers: list[_Layer]) -> IdlePieces
 def _sweep(a, b, remainder, launch, parts: dict, causes: np.ndarray, n_layers: int):
     """Elementary intervals between all segment bounds of each touched gap, each given the highest-priority layer
     covering it (or the gap's remainder cause), then merged where neighbours agree."""
-    gaps = np.unique(parts["gap"])
+    gaps = distinct(parts["gap"])
     n_seg = len(parts["gap"])
     ev_gap = np.concatenate([parts["gap"], parts["gap"], gaps, gaps])
     ev_t = np.concatenate([parts["start"], parts["end"], a[gaps], b[gaps]])

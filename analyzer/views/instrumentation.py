@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.views.frames import FrameIndex, FrameKind, parse_frame
 from analyzer.trace import TraceModel
@@ -29,7 +30,7 @@ def instrumentation_rows(model: TraceModel, frames: FrameIndex, classes: np.ndar
     kind[known] = frames.kind[user[known]]
     out |= kind == FrameKind.TOOL
     explicit = (classes == apis.IS_SYNC) & (rt.op < 0) & known
-    for code in np.unique(model.frames.name[user[explicit]]).tolist():
+    for code in distinct(model.frames.name[user[explicit]]).tolist():
         parsed = parse_frame(model.names[code])
         if parsed and _HARNESS_FUNCTION.search(parsed[2]):
             out |= explicit & (model.frames.name[np.maximum(user, 0)] == code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.units import us
 from analyzer.views.idle import CAUSES
@@ -46,7 +47,7 @@ def step_table(ctx) -> list[dict]:
     rows = np.flatnonzero(active & (gpu.launch >= 0))
     gpu_step = rt_step[gpu.launch[rows]] if len(rt) else np.zeros(0, np.int64)
     rows, gpu_step = rows[gpu_step >= 0], gpu_step[gpu_step >= 0]
-    devices = np.unique(gpu.device[rows]) if len(rows) else np.zeros(0, np.int64)
+    devices = distinct(gpu.device[rows]) if len(rows) else np.zeros(0, np.int64)
     dev_index = np.searchsorted(devices, gpu.device[rows])
     busy = _grouped_union_ns(gpu_step * max(len(devices), 1) + dev_index, gpu.start_ns[rows], gpu.end_ns[rows],
                              n * max(len(devices), 1)).reshape(n, -1).sum(axis=1)

@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.trace import GpuKind, TraceModel
 
 
@@ -130,7 +131,7 @@ def build_timeline(model: TraceModel) -> GpuTimeline:
     active = activity_mask(model)
     overhead_s, overhead_e = merge_intervals(model.overhead.start_ns, model.overhead.end_ns)
     devices = []
-    for device in np.unique(gpu.device[active]).tolist():
+    for device in distinct(gpu.device[active]).tolist():
         rows = np.flatnonzero(active & (gpu.device == device))
         starts, ends = gpu.start_ns[rows], gpu.end_ns[rows]
         busy_s, busy_e = merge_intervals(starts, ends)

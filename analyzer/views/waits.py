@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
@@ -53,7 +54,7 @@ def covered_ns(model: TraceModel, rows: np.ndarray, pid: np.ndarray, tid: np.nda
         return out
     frames = model.frames
     frame_keys, query_keys = thread_keys([frames.pid[rows], pid], [frames.tid[rows], tid])
-    for key in np.unique(frame_keys).tolist():
+    for key in distinct(frame_keys).tolist():
         q = np.flatnonzero(query_keys == key)
         if not len(q):
             continue
