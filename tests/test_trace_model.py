@@ -132,6 +132,25 @@ def test_start_order_and_distinct_agree_with_numpy(path):
 
 
 @by_trace
+def test_instants_are_enclosed_by_the_same_frame_when_only_rows_holding_them_are_searched(path):
+    """joins.holding_any keeps every interval that can enclose an instant: the innermost frame (and op) at the
+    middle of every launch call's gap to the next call is the same as over the whole table."""
+    from analyzer.trace.joins import Intervals, holding_any, thread_keys
+    model = model_of(path)
+    rt = model.runtime
+    if len(rt) < 2:
+        return
+    t = rt.end_ns[:-1] + (rt.start_ns[1:] - rt.end_ns[:-1]) // 2
+    for table in (model.frames, model.ops):
+        keys, query = thread_keys([table.pid, rt.pid[:-1]], [table.tid, rt.tid[:-1]])
+        whole = Intervals(keys, table.start_ns, table.end_ns, sorted_by_start=True).innermost_enclosing(query, t, t + 1)
+        near = np.flatnonzero(holding_any(table.start_ns, table.end_ns, t))
+        found = Intervals(keys[near], table.start_ns[near], table.end_ns[near], sorted_by_start=True
+                          ).innermost_enclosing(query, t, t + 1)
+        assert np.array_equal(whole, np.where(found >= 0, near[np.maximum(found, 0)] if len(near) else -1, -1))
+
+
+@by_trace
 def test_correlation_joins_pair_equal_ids(path):
     model, events = model_of(path), raw_events(path)
     gpu, runtime = model.gpu, model.runtime

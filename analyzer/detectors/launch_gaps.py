@@ -14,7 +14,7 @@ from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
 from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
-from analyzer.trace.joins import Intervals, thread_keys
+from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.views.waits import present_codes
 
 MAX_SITES = 50
@@ -169,10 +169,11 @@ def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> n
     if not len(frames) or not len(rows) or not len(rt):
         return np.full(len(rows), -1, np.int64)
     safe = np.maximum(rows, 0)
-    frame_keys, query_keys = thread_keys([frames.pid, rt.pid[safe]], [frames.tid, rt.tid[safe]])
-    found = Intervals(frame_keys, frames.start_ns, frames.end_ns, sorted_by_start=True).innermost_enclosing(
-        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
-    return np.where(rows >= 0, found, -1)
+    near = np.flatnonzero(holding_any(frames.start_ns, frames.end_ns, t_ns))
+    frame_keys, query_keys = thread_keys([frames.pid[near], rt.pid[safe]], [frames.tid[near], rt.tid[safe]])
+    found = Intervals(frame_keys, frames.start_ns[near], frames.end_ns[near], sorted_by_start=True
+                      ).innermost_enclosing(np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
+    return np.where((rows >= 0) & (found >= 0), near[np.maximum(found, 0)] if len(near) else -1, -1)
 
 
 def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: int, op: int) -> int:
@@ -207,10 +208,11 @@ def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np
     if not len(cpu) or not len(rows) or not len(rt):
         return np.full(len(rows), -1, np.int64)
     safe = np.maximum(rows, 0)
+    cpu = cpu[holding_any(ops.start_ns[cpu], ops.end_ns[cpu], t_ns)]
     op_keys, query_keys = thread_keys([ops.pid[cpu], rt.pid[safe]], [ops.tid[cpu], rt.tid[safe]])
     found = Intervals(op_keys, ops.start_ns[cpu], ops.end_ns[cpu], sorted_by_start=True).innermost_enclosing(
         np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
-    return np.where(found >= 0, ctx.outermost_ops[cpu[np.maximum(found, 0)]], -1)
+    return np.where(found >= 0, ctx.outermost_ops[cpu[np.maximum(found, 0)]] if len(cpu) else -1, -1)
 
 
 def _pieces_site_keys_for_row(ctx: AnalysisContext, row: int) -> int:

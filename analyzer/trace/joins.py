@@ -135,6 +135,13 @@ class Intervals:
         return position
 
 
+def holding_any(start: np.ndarray, end: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Rows whose [start, end) holds at least one of the times: the only intervals that can enclose an instant
+    query (t, t + 1), so that a few such queries need Intervals over these rows only."""
+    times = np.sort(times)
+    return np.searchsorted(times, start, side="left") < np.searchsorted(times, end, side="left")
+
+
 def first_row_with_key(table_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
     """For each query key >= 0, the lowest table row holding the same key; -1 where none or key < 0."""
     if len(table_keys) == 0:
