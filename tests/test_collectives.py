@@ -126,17 +126,25 @@ def test_collective_names(kernel, name):
 
 
 @needs_external
-def test_comm_op_args_are_read_whole_across_chunk_boundaries(monkeypatch):
-    """record_param_comms args (torch >= 2.1: Collective name, In msg nelems, Group size, ...) against the raw events,
-    read with chunks far smaller than the file, so that many events straddle a chunk's end."""
-    from analyzer.views import collectives
+@pytest.mark.parametrize("chunked", [True, False], ids=["in chunks", "whole file"])
+def test_comm_op_args_are_read_with_the_trace(monkeypatch, tmp_path, chunked):
+    """record_param_comms args (torch >= 2.1: Collective name, In msg nelems, Group size, ...) against the raw events:
+    read while the trace is decoded, a chunk far smaller than the file at a time (so that chunks hold none, one or
+    several such ops) and by the whole-file decode; kept through the columnar cache."""
+    import shutil
+    import analyzer.trace.build as build
+    import analyzer.trace.parse as parse
+    from analyzer.trace import load_trace
     raw = {e["args"]["External id"]: e["args"] for e in raw_events(RESNET_DDP) if e.get("name") == "record_param_comms"}
     assert len(raw) == 45 and all("Collective name" in a for a in raw.values())
-    collectives._scan_args.cache_clear()
-    monkeypatch.setattr(collectives, "_SCAN_CHUNK", 40_000)
-    monkeypatch.setattr(collectives, "_SCAN_OVERLAP", 4_000)
-    assert collectives.comm_op_args(str(RESNET_DDP)) == raw
-    collectives._scan_args.cache_clear()
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 40_000)
+    if not chunked:
+        monkeypatch.setattr(build, "find_event_array", lambda text: None)
+    trace = tmp_path / RESNET_DDP.name
+    shutil.copy(RESNET_DDP, trace)
+    assert load_trace(trace).comm_args == raw
+    load_trace(trace, cache=True)
+    assert load_trace(trace, cache=True).comm_args == raw  # reopened from the cache
 
 
 @needs_external

@@ -20,6 +20,7 @@ import numpy as np
 from analyzer.arrays import distinct
 from . import joins
 from .columns import StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
+from .commargs import COMM_OP, comm_op_args
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 from .helper import NOT_CHUNKABLE, Helper, available_cpus, can_fork
@@ -145,6 +146,8 @@ def _read_whole(text: bytes | mmap.mmap, path: Path) -> tuple[_Builder, dict]:
     columns = EventColumns(lenient=lenient)
     columns.add(events)
     del events
+    if columns.last_batch_names(COMM_OP):
+        columns.add_comm_args(comm_op_args(text))
     builder = _Builder(columns)
     builder.warnings.update(problems)
     builder.notes.update(notes)
@@ -196,6 +199,8 @@ def read_events(text: bytes | mmap.mmap, array: EventArray, columns: EventColumn
         if array.bare:
             legacy += adopt_legacy_events(events)
         columns.add(events)
+        if columns.last_batch_names(COMM_OP):
+            columns.add_comm_args(comm_op_args(text, start, end))
         spans.append((start, end))
         del events
         _release_pages(text, start)
@@ -302,6 +307,7 @@ class EventColumns:
         self.events = 0
         self.slices = 0
         self.lost_precision = False  # some ts had sub-µs digits a double cannot hold (see use_exact_ts)
+        self.comm_args: dict[int, dict] = {}  # External id -> args of a record_param_comms op (analyzer.trace.commargs)
         self.foreign: Counter[str] = Counter()  # category of a device neither CUDA nor HIP -> events
         self.problems: Counter[str] = Counter()  # odd values read as missing: reason -> count
         self._parts: dict[str, list[np.ndarray]] = {}
@@ -346,6 +352,15 @@ class EventColumns:
         self._append(**self._memory_columns(memory_events))
         self.events += len(events)
         self.slices += len(slices)
+
+    def last_batch_names(self, name: str) -> bool:
+        """Whether a slice of the batch added last is named `name`."""
+        code = self.strings.code_of(name)
+        return code is not None and bool((self._parts["name"][-1] == code).any())
+
+    def add_comm_args(self, found: dict[int, dict]) -> None:
+        for ext, args in found.items():
+            self.comm_args.setdefault(ext, args)
 
     @staticmethod
     def _legacy_operators(slices: list, category: np.ndarray) -> None:
@@ -407,7 +422,7 @@ class EventColumns:
         exported = {name: self.column(name) for name in list(self._parts)}
         return dict(exported, names=self.strings.strings(), events=self.events, slices=self.slices,
                     lost_precision=self.lost_precision, thread_names=self.threads.export(), foreign=dict(self.foreign),
-                    problems=dict(self.problems))
+                    problems=dict(self.problems), comm_args=self.comm_args)
 
     def extend(self, exported: dict) -> None:
         """Append the columns another EventColumns exported: the events that follow this one's in the file."""
@@ -417,6 +432,7 @@ class EventColumns:
         self.foreign.update(exported.pop("foreign"))
         self.problems.update(exported.pop("problems"))
         self.lost_precision = self.lost_precision or exported.pop("lost_precision")
+        self.add_comm_args(exported.pop("comm_args"))
         for name, values in exported.items():
             if name in ("slice_rows", "memory_rows"):
                 values = values + self.events
@@ -449,6 +465,7 @@ class _Builder:
         self.warnings: Counter[str] = Counter(columns.problems)  # what is wrong in the trace
         self.notes: Counter[str] = Counter()  # what is worth knowing but not wrong
         self.foreign = columns.foreign
+        self.comm_args = columns.comm_args
         self.strings, self.threads = columns.strings, columns.threads
         self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
         self.category = columns.column("category")
@@ -585,7 +602,7 @@ class _Builder:
             gpu_annotations=GpuAnnotations(**gpu_annotations), memory=Memory(**memory),
             overhead=Overhead(**overhead), steps=Steps(**steps),
             warnings=dict(self.warnings), synthetic_ids=self.threads.names(), notes=dict(self.notes),
-            foreign_activity=dict(sorted(self.foreign.items())),
+            foreign_activity=dict(sorted(self.foreign.items())), comm_args=self.comm_args,
         )
 
     def _drop_event_columns(self) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
-FORMAT = 5  # 5: a step label of any characters but "#"; 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay
+FORMAT = 6  # 6: comm_args; 5: a step label of any characters but "#"; 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay
 # launched before the window
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
@@ -48,6 +48,7 @@ def load_cached(trace: Path) -> TraceModel | None:
         if manifest.get("key") != fingerprint(trace):
             return None
         names = tuple(json.loads((folder / "names.json").read_text()))
+        comm_args = {int(k): v for k, v in json.loads((folder / "comm_args.json").read_text()).items()}
         tables = {}
         for table, cls in TABLES.items():
             columns = {f.name: np.load(folder / f"{table}.{f.name}.npy", mmap_mode="r")
@@ -55,7 +56,7 @@ def load_cached(trace: Path) -> TraceModel | None:
             tables[table] = cls(**columns)
         return TraceModel(path=str(trace), metadata=manifest["metadata"], names=names, **tables,
                           warnings=manifest["warnings"], notes=manifest["notes"],
-                          foreign_activity=manifest["foreign_activity"],
+                          foreign_activity=manifest["foreign_activity"], comm_args=comm_args,
                           synthetic_ids={int(k): v for k, v in manifest["synthetic_ids"].items()})
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -69,6 +70,7 @@ def save_cached(trace: Path, model: TraceModel) -> bool:
                 "notes": model.notes, "foreign_activity": model.foreign_activity,
                 "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()}}
     return write_array_folder(cache_folder(trace), arrays, {"names.json": json.dumps(list(model.names)),
+                                                            "comm_args.json": json.dumps(model.comm_args, default=str),
                                                             "manifest.json": json.dumps(manifest, default=str)})
 
 

@@ -195,3 +195,7 @@ class StringTable:
 
     def strings(self) -> tuple[str, ...]:
         return tuple(self._codes)
+
+    def code_of(self, name: str) -> int | None:
+        """The name's code, None when no row so far has that name."""
+        return self._codes.get(name)

@@ -166,6 +166,8 @@ class TraceModel:
     notes: dict[str, int] = field(default_factory=dict)
     # Activity of devices that are neither CUDA nor HIP GPUs: category (lower case, e.g. "mtia_runtime") -> events.
     foreign_activity: dict[str, int] = field(default_factory=dict)
+    # External id -> args of each record_param_comms op (a collective's name, Seq, process group, sizes, dtype).
+    comm_args: dict[int, dict] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         tables = ("ops", "frames", "runtime", "gpu", "gpu_annotations", "memory", "overhead", "steps")

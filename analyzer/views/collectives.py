@@ -9,10 +9,9 @@ NCCL/RCCL kernel its launch put on the GPU. A GPU row is `comm` when its name is
 kernels are not named after NCCL). Gloo and other CPU backends put nothing on the GPU: their collectives do not
 appear here, only as CPU time.
 
-The collective's args are not kept in the columnar model (one dict per event is what it avoids); when a trace has
-comm kernels launched under `record_param_comms`, `comm_op_args` reads just those ops' args from the trace file
-with one text scan (cached per file). Without them (torch < 2.1 traces) the sequence number is -1, the process group
-is named by the kernel's stream (NCCL runs one stream per communicator) and bytes are -1.
+The model keeps the args of every record_param_comms op (TraceModel.comm_args, read while the trace is decoded:
+analyzer.trace.commargs). Without them (torch < 2.1 traces) the sequence number is -1, the process group is named by
+the kernel's stream (NCCL runs one stream per communicator) and bytes are -1.
 
 The partition of the GPU window (per device, summed like analyzer.views.timeline):
     busy = union of all activity (the timeline's busy) = comm_us + compute_us
@@ -24,11 +23,7 @@ so comm_us + compute_us + idle_us + profiler_us = window_us exactly, and busy / 
 """
 from __future__ import annotations
 
-import functools
-import gzip
 import hashlib
-import json
-import os
 import re
 
 from typing import TYPE_CHECKING
@@ -36,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analyzer.trace import GpuKind
+from analyzer.trace.commargs import COMM_OP
 from analyzer.views.timeline import activity_mask, merge_intervals
 
 if TYPE_CHECKING:
@@ -43,17 +39,12 @@ if TYPE_CHECKING:
 
 COMM_KERNEL = re.compile(r"(?:nccl|rccl|msccl)", re.IGNORECASE)
 _KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl|msccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
-COMM_OP = "record_param_comms"
 COLUMNS = ("seq", "name", "pg", "group_size", "bytes", "step", "ordinal", "stream", "device", "start_us", "end_us",
            "dur_us")
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
                "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
                "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
                "complexdouble": 16}
-_RPC_NAME = '"record_param_comms"'
-_RPC_ARGS = re.compile(r'"record_param_comms"[^{}]*?"args":\s*(\{[^{}]*\})')  # Kineto writes name before args
-_SCAN_CHUNK = 1 << 25
-_SCAN_OVERLAP = 1 << 14
 
 
 def collective_name(kernel_name: str) -> str:
@@ -111,45 +102,6 @@ def _comm_op_of(model, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def _scan_args(path: str, size: int, mtime_ns: int) -> dict[int, dict]:
-    out: dict[int, dict] = {}
-    with open(path, "rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
-    with (gzip.open if gz else open)(path, "rt", encoding="utf-8", errors="replace") as f:
-        tail = ""
-        while True:
-            chunk = f.read(_SCAN_CHUNK)
-            text = tail + chunk
-            keep = len(text) - _SCAN_OVERLAP if chunk else len(text)  # a match starting later may be cut off
-            at = text.find(_RPC_NAME)
-            while 0 <= at < keep:  # str.find, then the pattern only there: 5x faster than a regex scan
-                m = _RPC_ARGS.match(text, at)
-                at = text.find(_RPC_NAME, at + 1)
-                if m is None:
-                    continue
-                try:
-                    args = json.loads(m.group(1))
-                except ValueError:
-                    continue
-                ext = args.get("External id")
-                if isinstance(ext, int):
-                    out.setdefault(ext, args)
-            if not chunk:
-                return out
-            tail = text[max(keep, 0):]
-
-
-def comm_op_args(path: str) -> dict[int, dict]:
-    """External id -> args of every record_param_comms op in the trace file (one regex scan of its text; {} when
-    the file cannot be read)."""
-    try:
-        st = os.stat(path)
-        return _scan_args(str(path), st.st_size, st.st_mtime_ns)
-    except OSError:
-        return {}
-
-
 def _as_int(value, default: int = -1) -> int:
     if isinstance(value, bool):
         return default
@@ -198,7 +150,7 @@ def collective_table(ctx) -> "pd.DataFrame":
     pg = [f"stream {s}" for s in stream.tolist()]
     op = _comm_op_of(model, rows)
     if (op >= 0).any():
-        by_ext = comm_op_args(model.path)
+        by_ext = model.comm_args
         ext = model.ops.external_id[np.maximum(op, 0)]
         for i in np.flatnonzero(op >= 0).tolist():
             args = by_ext.get(int(ext[i]))
