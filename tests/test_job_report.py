@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyzer.report.job import (job_summary, job_tables_from_traces, match_collectives, normalise,
+from analyzer.fleet import job_tables
+from analyzer.report.job import (job_summary, match_collectives, normalise,
                                  render_job_html, render_job_markdown, write_job_report)
 from analyzer.report.mdsafe import _CODE_SPAN
 from analyzer.views.idle import CAUSES
@@ -49,7 +50,7 @@ def jobs(tmp_path_factory):
     rep.replicate_ranks(source, root / "even", RANKS, skew_ms=4.0, steps=(1, 2), flows=False)
     tables = {}
     for name in ("late", "even"):
-        one = job_tables_from_traces(sorted((root / name).glob("rank*.trace.json.gz")))
+        one = job_tables(sorted((root / name).glob("rank*.trace.json.gz")))
         tables = one if not tables else {t: pd.concat([tables[t], one[t]], ignore_index=True) for t in one}
     return root, planted, tables
 
@@ -125,11 +126,11 @@ def test_parquet_dataset_report(jobs, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
     _, _, tables = jobs
-    extra = job_tables_from_traces([ITEM_SYNC / "rank0.trace.json.gz"], job="h200")
+    extra = job_tables([ITEM_SYNC / "rank0.trace.json.gz"], job="h200")
     bad = tmp_path / "broken" / "rank0.trace.json.gz"
     bad.parent.mkdir()
     bad.write_bytes(b"not a trace")
-    broken = job_tables_from_traces([bad])
+    broken = job_tables([bad])
     assert broken["traces"]["error"].notna().all()
     rename = {"steps": {"step": "position", "step_name": "step", "start_us": "ts_us", "dur_us": "wall_us",
                         "gpu_busy_us": "busy_us"},
@@ -226,7 +227,7 @@ def test_inference_job_with_inserted_collectives(tmp_path):
     rep = _replicate()
     rep.replicate_ranks(ROOT / "tests" / "fixtures" / "h200" / "decode", tmp_path / "tp", 3, skew_ms=1.0,
                         straggler=(1, 3, 2.0), insert_us=40.0, insert_bytes=1 << 20)
-    tables = job_tables_from_traces(sorted((tmp_path / "tp").glob("rank*.trace.json.gz")))
+    tables = job_tables(sorted((tmp_path / "tp").glob("rank*.trace.json.gz")))
     job = _job(job_summary(**tables), "tp")
     coll = tables["collectives"]
     assert set(coll["name"]) == {"allreduce"} and set(coll["bytes"]) == {1 << 20} and set(coll["group_size"]) == {3}

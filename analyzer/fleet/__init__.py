@@ -15,7 +15,7 @@ from pathlib import Path
 from analyzer.errors import UsageError
 from analyzer.fleet.query import query
 
-__all__ = ["ManyResult", "analyze_many", "query"]
+__all__ = ["ManyResult", "analyze_many", "job_tables", "query"]
 
 
 @dataclasses.dataclass
@@ -87,3 +87,19 @@ def _job_report(out: Path, result: ManyResult) -> None:
         result.job_report = list(write_job_report(out))
     except Exception as exc:  # noqa: BLE001 - the dataset is written; the report over it is an extra
         result.job_report_error = one_line(exc)
+
+
+def job_tables(paths, *, job: str | None = None) -> dict:
+    """The job report's four tables (analyzer.report.job: traces, steps, collectives, findings, as pandas
+    DataFrames) of the trace files the paths name, analysed here one after another: the rows analyze-many writes,
+    without Dask or a dataset. For a few traces, and for tests."""
+    import pandas as pd
+    from analyzer.fleet.inputs import expand
+    from analyzer.fleet.task import trace_rows
+    from analyzer.report.job import TABLES, normalise
+    parts: dict[str, list[dict]] = {t: [] for t in TABLES}
+    for item in expand([str(p) for p in paths], job):
+        rows, rank, _ = trace_rows(item)
+        for table in TABLES:
+            parts[table] += [{**row, "job": item.job, "rank": rank} for row in rows.get(table, [])]
+    return normalise({t: pd.DataFrame(rows) if rows else None for t, rows in parts.items()})

@@ -16,6 +16,17 @@ from analyzer.fleet.inputs import FleetInput, rank_of
 
 def analyze_one(item: FleetInput, out_dir: str) -> dict:
     started = time.perf_counter()
+    rows, rank, error = trace_rows(item)
+    for row in rows["traces"]:
+        row["analysis_seconds"] = round(time.perf_counter() - started, 3)
+        row["analyzed_at"] = tables.now()
+    write_trace_tables(Path(out_dir), item.job, rank, item.content_key, rows)
+    return {"source": item.source, "bytes": item.size, "error": error, "rank": rank, "job": item.job}
+
+
+def trace_rows(item: FleetInput) -> tuple[dict[str, list[dict]], int, str | None]:
+    """One trace's rows of every table (only a traces row with its error when it cannot be analysed), its rank, and
+    the error."""
     base = {"source": item.source, "content_key": item.content_key, "bytes": item.size,
             "trace_mtime": _mtime(item.trace.trace), "analyzer_version": tables.version()}
     rank, world = rank_of(item, None)
@@ -25,17 +36,12 @@ def analyze_one(item: FleetInput, out_dir: str) -> dict:
         analysis = api.analyze(trace)
         rows = tables.report_rows(analysis.report, {**base, "world_size": world})
         rows.update(collective_rows(analysis, rows["traces"][0]))
-        error = None
+        return rows, rank, None
     except MemoryError:
         raise  # the worker's limit, not the trace's fault: Dask retries it
     except Exception as exc:  # noqa: BLE001 - a corrupt, foreign or unexpected trace is a row, never a failed run
         error = one_line(exc)
-        rows = tables.error_row({**base, "world_size": world}, error)
-    for row in rows["traces"]:
-        row["analysis_seconds"] = round(time.perf_counter() - started, 3)
-        row["analyzed_at"] = tables.now()
-    write_trace_tables(Path(out_dir), item.job, rank, item.content_key, rows)
-    return {"source": item.source, "bytes": item.size, "error": error, "rank": rank, "job": item.job}
+        return tables.error_row({**base, "world_size": world}, error), rank, error
 
 
 def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:

@@ -1,7 +1,7 @@
 """The job report: many traces of one job (one per rank) or of a fleet, compared with each other.
 
 Input: four pandas tables, one row per trace / step / collective / finding, each row with `job`, `rank` and
-`content_key` (the Parquet dataset that `analyze-many` writes, or `job_tables_from_traces` without it):
+`content_key` (the Parquet dataset that `analyze-many` writes, or `analyzer.fleet.job_tables` without it):
     traces       job, rank, world_size, utilization, span_us, busy_us, idle_us, comm_us, compute_us, overlap_us,
                  step_ms_median, error, source
     steps        job, rank, step (index in the trace), step_name, start_us, dur_us, gpu_busy_us, idle_us,
@@ -40,9 +40,7 @@ The rules, each robust to a few odd values (MAD: median absolute deviation, scal
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +69,6 @@ MAD_SCALE = 1.4826
 SCHEMA = "gpu-idle-analyzer/job-report/1"
 _TEXT = {"job", "content_key", "error", "source", "step_name", "name", "pg", "kind", "title", "site", "parent"}
 _INTS = ("rank", "step", "seq", "ordinal", "bytes", "group_size", "stream", "device")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
 
 # ---------------------------------------------------------------- tables
@@ -101,69 +98,6 @@ def normalise(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         df["job"] = [("" if j is None else str(j)) for j in df["job"]]
         out[name] = df.reset_index(drop=True)
     return out
-
-
-def trace_tables(context, report: dict, *, job: str, rank: int, source: str, content_key: str = "",
-                 world_size: int | None = None) -> dict[str, pd.DataFrame]:
-    """One analysed trace's rows of the four tables, from its context (analyzer.views) and report.json."""
-    from analyzer.views.collectives import collective_table, comm_totals
-    s = report.get("summary") or {}
-    key = {"job": job, "rank": int(rank), "content_key": content_key}
-    per_step = (report.get("gaps") or {}).get("per_step") or []
-    walls = [p["wall_us"] for p in per_step if p.get("wall_us") is not None]
-    totals = comm_totals(context)
-    traces = pd.DataFrame([{**key, "world_size": world_size, "utilization": s.get("gpu_utilization"),
-                            "span_us": s.get("window_us"), "busy_us": s.get("gpu_busy_us"),
-                            "idle_us": s.get("gpu_idle_us"), "comm_us": totals["comm_us"],
-                            "compute_us": totals["compute_us"], "overlap_us": totals["overlap_us"],
-                            "step_ms_median": float(np.median(walls)) / 1e3 if walls else None, "error": None,
-                            "source": source}])
-    steps = pd.DataFrame([{**key, "step": i, "step_name": p.get("step"), "start_us": p.get("ts_us"),
-                           "dur_us": p.get("wall_us"), "gpu_busy_us": p.get("busy_us"), "idle_us": p.get("idle_us"),
-                           **{f"idle_{c}_us": (p.get("idle_by_cause_us") or {}).get(c, 0.0) for c in CAUSES}}
-                          for i, p in enumerate(per_step)], columns=[*COLUMNS["steps"],
-                                                                     *(f"idle_{c}_us" for c in CAUSES)])
-    coll = collective_table(context)
-    for col, value in reversed(key.items()):
-        coll.insert(0, col, value)
-    findings = pd.DataFrame([{**key, "kind": f.get("kind"), "title": f.get("title"), "site": f.get("call_site"),
-                              "gpu_idle_us": f.get("impact_us"), "parent": f.get("parent")}
-                             for f in report.get("findings") or []], columns=COLUMNS["findings"])
-    return {"traces": traces, "steps": steps, "collectives": coll, "findings": findings}
-
-
-def job_tables_from_traces(paths, *, job: str | None = None) -> dict[str, pd.DataFrame]:
-    """Analyse each trace file (the single-trace path: load, AnalysisContext, report) and return the four tables.
-    The job is `job`, else the folder's name for a rank file (`rank<N>` in its name), else the trace's name; the rank is distributedInfo.rank, else `rank<N>` in the file name,
-    else its place in `paths`. A trace that cannot be analysed is a traces row with its error."""
-    from analyzer.report.assemble import assemble_report
-    from analyzer.trace import TraceError, load_trace
-    from analyzer.trace.cache import fingerprint
-    from analyzer.trace.inputs import trace_stem
-    from analyzer.views.context import AnalysisContext
-    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
-    for i, path in enumerate(Path(p) for p in paths):
-        name_rank = _RANK_IN_NAME.search(path.name)
-        rank = int(name_rank.group(1)) if name_rank else i
-        job_name = job or (path.resolve().parent.name if name_rank else trace_stem(path))
-        try:
-            key = hashlib.sha1(json.dumps(fingerprint(path), sort_keys=True).encode()).hexdigest()[:20]
-            model = load_trace(path)
-        except (TraceError, OSError) as exc:
-            parts["traces"].append(pd.DataFrame([{"job": job_name, "rank": rank, "content_key": str(path),
-                                                  "error": str(exc).splitlines()[0][:500], "source": str(path)}]))
-            continue
-        info = model.metadata.get("distributedInfo") or {}
-        if isinstance(info.get("rank"), int):
-            rank = info["rank"]
-        context = AnalysisContext(model)
-        with np.errstate(all="ignore"):
-            report = assemble_report(context, path, 0.0)
-        rows = trace_tables(context, report, job=job_name, rank=rank, source=str(path), content_key=key,
-                            world_size=info.get("world_size") if isinstance(info.get("world_size"), int) else None)
-        for t in TABLES:
-            parts[t].append(rows[t])
-    return normalise({t: pd.concat(v, ignore_index=True) if v else None for t, v in parts.items()})
 
 
 def read_dataset(out_dir: Path) -> dict[str, pd.DataFrame]:
