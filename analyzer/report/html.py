@@ -20,7 +20,7 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False,
 
 # ---------------------------------------------------------------- units
 
-def _esc(value) -> str:
+def esc(value) -> str:
     return "–" if value is None or value == "" else html.escape(str(value))
 
 
@@ -30,19 +30,19 @@ def render_html(report: dict) -> str:
     timeline_fig, steps_fig = figure_dicts(report)
     body = [
         _header(report),
-        _section("Findings", _findings_table(report)),
+        section("Findings", _findings_table(report)),
         _serving_section(report),
-        _section("Timeline", TIMELINE_HINT + _figure_html(timeline_fig, "timeline") + _bounded_note(report)),
-        _section("Steps", _figure_html(steps_fig, "steps")),
-        _section("Largest idle gaps", _top_gaps_table(report)),
-        _section("Kernel launches and CUDA-graph estimate", _launch_tables(report)),
-        _section("Host synchronizations", _sync_table(report)),
-        _section("Caching allocator", _allocator_tables(report)),
+        section("Timeline", TIMELINE_HINT + figure_html(timeline_fig, "timeline") + _bounded_note(report)),
+        section("Steps", figure_html(steps_fig, "steps")),
+        section("Largest idle gaps", _top_gaps_table(report)),
+        section("Kernel launches and CUDA-graph estimate", _launch_tables(report)),
+        section("Host synchronizations", _sync_table(report)),
+        section("Caching allocator", _allocator_tables(report)),
         _footer(report),
     ]
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'>"
-            f"<title>{_esc(_title(report))}</title><style>{CSS}</style>"
+            f"<title>{esc(_title(report))}</title><style>{CSS}</style>"
             f"<script>{plotly_js()}</script></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
@@ -51,9 +51,9 @@ def _bounded_note(report: dict) -> str:
     notes = []
     for dev, d in ((report.get("timeline") or {}).get("devices") or {}).items():
         if d.get("idle_total", 0) > len(d.get("idle_us") or []):
-            notes.append(f"GPU {_esc(dev)}: the {len(d['idle_us'])} longest of {d['idle_total']} idle intervals")
+            notes.append(f"GPU {esc(dev)}: the {len(d['idle_us'])} longest of {d['idle_total']} idle intervals")
         if d.get("busy_total", 0) > len(d.get("busy_us") or []):
-            notes.append(f"GPU {_esc(dev)}: {d['busy_total']} busy intervals merged into {len(d['busy_us'])}")
+            notes.append(f"GPU {esc(dev)}: {d['busy_total']} busy intervals merged into {len(d['busy_us'])}")
     return f"<p class=hint>Shown: {'; '.join(notes)}.</p>" if notes else ""
 
 
@@ -78,12 +78,12 @@ style="height:100%; width:100%;"></div>\
         </div>"""
 
 
-def _figure_html(figure: dict, div_id: str) -> str:
+def figure_html(figure: dict, div_id: str) -> str:
     return _FIGURE_DIV.format(height=f"{figure['layout']['height']}px", id=div_id, data=plotly_json(figure["data"]),
                               layout=plotly_json(figure["layout"]), config=json.dumps(PLOT_CONFIG))
 
 
-def _section(title: str, content: str) -> str:
+def section(title: str, content: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>\n{content}\n</section>"
 
 
@@ -99,22 +99,22 @@ def _header(report: dict) -> str:
     s, run = report.get("summary") or {}, report.get("run")
     facts = [f"GPU utilization <b>{fmt_pct(s.get('gpu_utilization'))}</b>",
              f"busy <b>{fmt_ms(s.get('gpu_busy_us'))} ms</b>", f"idle <b>{fmt_ms(s.get('gpu_idle_us'))} ms</b>",
-             f"window <b>{fmt_ms(s.get('window_us'))} ms</b>", f"steps <b>{_esc(s.get('steps'))}</b>"]
+             f"window <b>{fmt_ms(s.get('window_us'))} ms</b>", f"steps <b>{esc(s.get('steps'))}</b>"]
     st = s.get("step_time_us")
     if st and st.get("profiler_dilation") is not None:
-        facts.append(f"profiler dilation <b>{_esc(st.get('profiler_dilation'))}×</b> (step p50 "
+        facts.append(f"profiler dilation <b>{esc(st.get('profiler_dilation'))}×</b> (step p50 "
                      f"{fmt_ms(st.get('profiled_p50'))} ms profiled vs {fmt_ms(st.get('unprofiled_p50'))} ms unprofiled)")
-    out = [f"<header><h1>{_esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
+    out = [f"<header><h1>{esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
     for line in (partition_line(report), trace_notes(report)):
         if line:
-            out.append(f"<p class=run>{_esc(line)}</p>")
+            out.append(f"<p class=run>{esc(line)}</p>")
     if run:
         keys = ("dtype", "layers", "batch_size", "mode", "torch", "cuda_runtime", "created_utc")
-        out.append("<p class=run>" + " · ".join(f"{k} <code>{_esc(run.get(k))}</code>" for k in keys
+        out.append("<p class=run>" + " · ".join(f"{k} <code>{esc(run.get(k))}</code>" for k in keys
                                                if run.get(k) is not None) + "</p>")
-    out.append(f"<p class=run>trace <code>{_esc((report.get('source') or {}).get('trace'))}</code></p>")
+    out.append(f"<p class=run>trace <code>{esc((report.get('source') or {}).get('trace'))}</code></p>")
     if s.get("note"):
-        out.append(f"<p class=note>{_esc(s['note'])}</p>")
+        out.append(f"<p class=note>{esc(s['note'])}</p>")
     out.append(_cause_legend(report))
     return "\n".join(out) + "</header>"
 
@@ -127,7 +127,7 @@ def _cause_legend(report: dict) -> str:
     return "<p class=chips>" + "".join(chips) + "</p>" if chips else ""
 
 
-def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
+def table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
     """Cells are HTML already (escaped by the caller)."""
     if not rows:
         return "<p class=empty>none</p>"
@@ -138,7 +138,7 @@ def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def _where(item: dict) -> str:
     call, lib = item.get("call_site"), item.get("library_site")
-    cells = [f"<code>{_esc(call)}</code>" if call else "", f"→ <code>{_esc(lib)}</code>" if lib else ""]
+    cells = [f"<code>{esc(call)}</code>" if call else "", f"→ <code>{esc(lib)}</code>" if lib else ""]
     return " ".join(c for c in cells if c) or "–"
 
 
@@ -147,12 +147,12 @@ def _findings_table(report: dict) -> str:
     for n, f in numbered(report.get("findings") or []):
         sev = f.get("severity")
         child = bool(f.get("parent"))
-        title = (("↳ " if child else "") + f"{_esc(f.get('title'))}<details><summary>advice</summary><p>"
-                 f"{_esc(f.get('advice'))}</p>{_context(f.get('detail', {}).get('context'))}</details>")
-        rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{_esc(sev)}</span>",
-                     _esc(f.get("kind")), title, _where(f),
-                     _esc(f.get("count")), f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
-    return _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle (ms)"],
+        title = (("↳ " if child else "") + f"{esc(f.get('title'))}<details><summary>advice</summary><p>"
+                 f"{esc(f.get('advice'))}</p>{_context(f.get('detail', {}).get('context'))}</details>")
+        rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{esc(sev)}</span>",
+                     esc(f.get("kind")), title, _where(f),
+                     esc(f.get("count")), f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
+    return table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle (ms)"],
                   rows, "findings")
 
 
@@ -165,13 +165,13 @@ def _context(frames) -> str:
 def _top_gaps_table(report: dict, limit: int = 10) -> str:
     t0 = window_start_us(report)
     rows = [[f"<span class=num>{_x(g['ts_us'], t0):.3f}</span>", f"<span class=num>{fmt_ms(g.get('dur_us'))}</span>",
-             f"<span class=chip style='--c:{CAUSE_COLORS.get(g.get('cause'), '#999')}'>{_esc(g.get('cause'))}</span>",
-             _esc(g.get("step")), _esc(g.get("op")), _esc(g.get("runtime_call")),
-             f"{_where(g)}" + (f"<br>{fmt_bytes(g.get('segment_bytes'))} {_esc(g.get('segment_action'))} at "
-                               f"<code>{_esc(g['allocating_line'])}</code>" if g.get("allocating_line") else "")
+             f"<span class=chip style='--c:{CAUSE_COLORS.get(g.get('cause'), '#999')}'>{esc(g.get('cause'))}</span>",
+             esc(g.get("step")), esc(g.get("op")), esc(g.get("runtime_call")),
+             f"{_where(g)}" + (f"<br>{fmt_bytes(g.get('segment_bytes'))} {esc(g.get('segment_action'))} at "
+                               f"<code>{esc(g['allocating_line'])}</code>" if g.get("allocating_line") else "")
              + f"<details><summary>stack</summary>{_context(g.get('context'))}"
              f"</details>"] for g in ((report.get("gaps") or {}).get("top") or [])[:limit]]
-    return _table(["at (ms)", "duration (ms)", "cause", "step", "op", "runtime call", "where"], rows)
+    return table(["at (ms)", "duration (ms)", "cause", "step", "op", "runtime call", "where"], rows)
 
 
 def _stats_cell(stats: dict | None) -> str:
@@ -184,18 +184,18 @@ def _launch_tables(report: dict) -> str:
     gaps = report.get("gaps") or {}
     ls, cg = gaps.get("launch_stats") or {}, gaps.get("cuda_graph_estimate") or {}
     launch_rows = [
-        ["launches", _esc(ls.get("launches"))],
-        ["by API", _esc(", ".join(f"{k} {v}" for k, v in (ls.get("by_api") or {}).items()) or None)],
+        ["launches", esc(ls.get("launches"))],
+        ["by API", esc(", ".join(f"{k} {v}" for k, v in (ls.get("by_api") or {}).items()) or None)],
         ["launch call", _stats_cell(ls.get("launch_call_us"))],
         ["launch → GPU start", _stats_cell(ls.get("launch_to_start_us"))],
         ["kernel duration", _stats_cell(ls.get("kernel_us"))],
         ["kernels shorter than their launch call", fmt_pct(ls.get("kernels_shorter_than_launch_share"))],
     ]
     graph_rows = [
-        ["steps used", _esc(cg.get("steps_used"))],
+        ["steps used", esc(cg.get("steps_used"))],
         ["GPU busy per step", fmt_us(cg.get("gpu_busy_per_step_us"))],
         ["profiled step", fmt_us(cg.get("profiled_step_us"))],
-        ["eager step", f"{fmt_us(cg.get('eager_step_us'))} ({_esc(cg.get('eager_step_source'))})"],
+        ["eager step", f"{fmt_us(cg.get('eager_step_us'))} ({esc(cg.get('eager_step_source'))})"],
         ["estimated CUDA-graph step", fmt_us(cg.get("estimated_graph_step_us"))],
         ["estimated speedup", fmt_factor(cg.get("estimated_speedup"))],
         ["recoverable per step", fmt_us(cg.get("recoverable_us_per_step"))],
@@ -213,27 +213,27 @@ def _launch_tables(report: dict) -> str:
             graph_rows.append(["measured by the capture (meta.json)",
                                f"eager {fmt_us(mc['eager_step_ms'] * 1e3)} → CUDA graph "
                                f"{fmt_us(mc['cuda_graph_step_ms'] * 1e3)}, {mc['eager_over_graph']:.2f}×"])
-    definition = f"<p class=hint>{_esc(ls.get('definition'))}</p>" if ls.get("definition") else ""
-    return ("<div class=cols><div><h3>Launch statistics</h3>" + _table(["metric", "value"], launch_rows, "kv")
-            + definition + "</div><div><h3>CUDA-graph estimate</h3>" + _table(["metric", "value"], graph_rows, "kv")
+    definition = f"<p class=hint>{esc(ls.get('definition'))}</p>" if ls.get("definition") else ""
+    return ("<div class=cols><div><h3>Launch statistics</h3>" + table(["metric", "value"], launch_rows, "kv")
+            + definition + "</div><div><h3>CUDA-graph estimate</h3>" + table(["metric", "value"], graph_rows, "kv")
             + "</div></div>")
 
 
 def _sync_table(report: dict) -> str:
     rows = [[_where(s) + _source_lines(s.get("source_lines")),
-             _esc(s.get("kind")), _esc(s.get("api")), _esc(s.get("op")), _esc(s.get("count")),
+             esc(s.get("kind")), esc(s.get("api")), esc(s.get("op")), esc(s.get("count")),
              f"<span class=num>{fmt_ms(s.get('wait_us'))}</span>", f"<span class=num>{fmt_ms(s.get('drain_us'))}</span>"]
             for s in report.get("syncs") or []]
     totals = report.get("sync_totals") or {}
-    note = (f"<p class=hint>{_esc(totals.get('total_blocking_calls'))} blocking calls; wait = host time inside "
+    note = (f"<p class=hint>{esc(totals.get('total_blocking_calls'))} blocking calls; wait = host time inside "
             "the blocking call, GPU idle = the idle time while the CPU was blocked there.</p>") if totals else ""
-    return _table(["where", "kind", "blocking api", "op", "count", "wait (ms)", "GPU idle (ms)"], rows) + note
+    return table(["where", "kind", "blocking api", "op", "count", "wait (ms)", "GPU idle (ms)"], rows) + note
 
 
 def _source_lines(lines) -> str:
     if not lines:
         return ""
-    return "<pre>" + "\n".join(f"{_esc(l.get('file'))}:{_esc(l.get('line'))}: {_esc(l.get('code'))}"
+    return "<pre>" + "\n".join(f"{esc(l.get('file'))}:{esc(l.get('line'))}: {esc(l.get('code'))}"
                                for l in lines) + "</pre>"
 
 
@@ -243,22 +243,22 @@ def _allocator_tables(report: dict) -> str:
     growth, drops = a.get("reserved_growth") or {}, a.get("reserved_drops") or {}
     rows = [["reserved peak", fmt_bytes(a.get("reserved_peak_bytes"))],
             ["allocated peak", fmt_bytes(a.get("allocated_peak_bytes"))],
-            [f"{names['malloc']} / {names['free']}", f"{_esc(a.get('cuda_malloc'))} / {_esc(a.get('cuda_free'))}"
-                                                      f" ({_esc(a.get('warmup_calls'))} first allocations)"],
-            ["allocations (cache hit share)", f"{_esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"],
-            ["reserved grew / dropped", f"{_esc(growth.get('count'))}× {fmt_bytes(growth.get('bytes'))} / "
-                                        f"{_esc(drops.get('count'))}× {fmt_bytes(drops.get('bytes'))}"],
+            [f"{names['malloc']} / {names['free']}", f"{esc(a.get('cuda_malloc'))} / {esc(a.get('cuda_free'))}"
+                                                      f" ({esc(a.get('warmup_calls'))} first allocations)"],
+            ["allocations (cache hit share)", f"{esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"],
+            ["reserved grew / dropped", f"{esc(growth.get('count'))}× {fmt_bytes(growth.get('bytes'))} / "
+                                        f"{esc(drops.get('count'))}× {fmt_bytes(drops.get('bytes'))}"],
             ["GPU idle attributed to the allocator", fmt_us(a.get("gpu_idle_us"))],
-            ["OOM events", _esc(a.get("oom_events"))]]
+            ["OOM events", esc(a.get("oom_events"))]]
     delta = a.get("memory_stats_delta")
     if delta:
-        rows.append(["torch.cuda.memory_stats delta", _esc(", ".join(f"{k} {v}" for k, v in delta.items()))])
-    sites = [[_where(s), _esc(s.get("op")), _esc(s.get("cuda_malloc")),
-              _esc(s.get("cuda_free")), f"<span class=num>{fmt_ms(s.get('total_us'))}</span>",
+        rows.append(["torch.cuda.memory_stats delta", esc(", ".join(f"{k} {v}" for k, v in delta.items()))])
+    sites = [[_where(s), esc(s.get("op")), esc(s.get("cuda_malloc")),
+              esc(s.get("cuda_free")), f"<span class=num>{fmt_ms(s.get('total_us'))}</span>",
               fmt_bytes(s.get("bytes_reserved")), fmt_bytes(s.get("bytes_released"))] for s in a.get("sites") or []]
-    return ("<div class=cols><div><h3>Summary</h3>" + _table(["metric", "value"], rows, "kv") + "</div></div>"
+    return ("<div class=cols><div><h3>Summary</h3>" + table(["metric", "value"], rows, "kv") + "</div></div>"
             + f"<h3>{names['malloc']} / {names['free']} call sites</h3>"
-            + _table(["where", "op", names["malloc"], names["free"], "call time (ms)", "reserved", "released"], sites)
+            + table(["where", "op", names["malloc"], names["free"], "call time (ms)", "reserved", "released"], sites)
             + _snapshot_tables(a.get("snapshot"), names))
 
 
@@ -268,44 +268,44 @@ def _snapshot_tables(snap: dict | None, names: dict) -> str:
         return ""
     align, peak, ec = snap["alignment"], snap.get("peak") or {}, snap["empty_cache"]
     frag, end = snap["fragmentation"], snap["fragmentation"]["at_end"]
-    rows = [["history entries", _esc(", ".join(f"{k} {v}" for k, v in snap["entries"].items() if v))],
+    rows = [["history entries", esc(", ".join(f"{k} {v}" for k, v in snap["entries"].items() if v))],
             [f"{names['malloc']}/{names['free']} calls matched to an entry",
-             f"{_esc(align['matched'])} of {_esc(align['calls'])} (median entry "
+             f"{esc(align['matched'])} of {esc(align['calls'])} (median entry "
              f"{fmt_us(align.get('median_entry_after_call_end_us'))} after the call's end)"],
             ["at the reserved peak", f"{fmt_bytes(peak.get('reserved_bytes'))} reserved, "
                                      f"{fmt_bytes(peak.get('allocated_bytes'))} allocated, "
                                      f"{fmt_bytes(peak.get('cached_bytes'))} cached but free over "
-                                     f"{_esc(peak.get('segments'))} segments ({fmt_bytes(peak.get('inactive_split_bytes'))}"
+                                     f"{esc(peak.get('segments'))} segments ({fmt_bytes(peak.get('inactive_split_bytes'))}"
                                      f" inside segments with live blocks)"],
-            ["at the end", f"{_esc(len(snap['segments']['at_end']))} segments, "
+            ["at the end", f"{esc(len(snap['segments']['at_end']))} segments, "
                            f"{fmt_bytes(end['inactive_split_bytes'])} free inside segments with live blocks, "
                            f"{fmt_bytes(end['free_segment_bytes'])} in segments with none"],
             ["largest request that found no cached block", fmt_bytes(frag.get("largest_missed_request_bytes"))
-             + (f" at <code>{_esc(frag['largest_missed_request_site'])}</code>"
+             + (f" at <code>{esc(frag['largest_missed_request_site'])}</code>"
                 if frag.get("largest_missed_request_site") else "")]]
     if ec["segments_released"]:
-        rows.append(["torch.cuda.empty_cache()", f"released {_esc(ec['segments_released'])} segments "
-                     f"({fmt_bytes(ec['bytes_released'])}); {_esc(ec['segment_allocs_after'])} reserves followed "
+        rows.append(["torch.cuda.empty_cache()", f"released {esc(ec['segments_released'])} segments "
+                     f"({fmt_bytes(ec['bytes_released'])}); {esc(ec['segment_allocs_after'])} reserves followed "
                      f"({fmt_us(ec['cuda_malloc_us_after'])})"])
     if not snap.get("history_consistent", True):
         rows.append(["note", "the history does not add up to the final segments: replayed bytes clamped at zero"])
-    sites = [[f"<code>{_esc(s['call_site'])}</code>", f"<code>{_esc(s['library_site'])}</code>",
-              f"{_esc(s['segment_allocs'])} ({fmt_bytes(s['bytes_reserved'])})",
-              f"{_esc(s['segment_frees'])} ({fmt_bytes(s['bytes_released'])})", _esc(s.get("in_window")),
+    sites = [[f"<code>{esc(s['call_site'])}</code>", f"<code>{esc(s['library_site'])}</code>",
+              f"{esc(s['segment_allocs'])} ({fmt_bytes(s['bytes_reserved'])})",
+              f"{esc(s['segment_frees'])} ({fmt_bytes(s['bytes_released'])})", esc(s.get("in_window")),
               f"<span class=num>{fmt_ms(s['cuda_call_us'])}</span>", f"<span class=num>{fmt_ms(s['gpu_idle_us'])}</span>",
-              _esc(s["allocs"]), _esc(s["request_sizes"])]
+              esc(s["allocs"]), esc(s["request_sizes"])]
              for s in snap["sites"][:30]]
-    return (f"<h3>Allocator records <small>({_esc(snap['source'].rsplit('/', 1)[-1])})</small></h3>"
-            + _table(["metric", "value"], rows, "kv")
-            + _table(["allocating line", "library line", "segment reserves", "releases", "in the trace window",
+    return (f"<h3>Allocator records <small>({esc(snap['source'].rsplit('/', 1)[-1])})</small></h3>"
+            + table(["metric", "value"], rows, "kv")
+            + table(["allocating line", "library line", "segment reserves", "releases", "in the trace window",
                       "call time (ms)",
                       "GPU idle (ms)", "allocations", "request sizes"], sites))
 
 
 def _footer(report: dict) -> str:
     tool = report.get("tool") or {}
-    return (f"<footer>{_esc(tool.get('name'))} {_esc(tool.get('version'))} · schema "
-            f"<code>{_esc(report.get('schema'))}</code> · analysis {_esc(report.get('analysis_seconds'))} s · "
+    return (f"<footer>{esc(tool.get('name'))} {esc(tool.get('version'))} · schema "
+            f"<code>{esc(report.get('schema'))}</code> · analysis {esc(report.get('analysis_seconds'))} s · "
             f"data: <code>report.json</code></footer>")
 
 
@@ -343,34 +343,34 @@ def _serving_section(report: dict) -> str:
     if latency:
         opts = latency.get("options") or {}
         spread = lambda s: (f"p50 {s['p50']:.1f} ms, p90 {s['p90']:.1f} ms" if s else "–")  # noqa: E731
-        parts.append(f"<p>{_esc(latency.get('requests'))} requests ({_esc(opts.get('arrival'))} arrivals at "
-                     f"{_esc(opts.get('rate'))}/s, at most {_esc(latency.get('max_batch'))} in a batch; engine: yield "
-                     f"{_esc(opts.get('yield_s'))} s, to_thread {_esc(opts.get('to_thread'))}, token readback "
-                     f"{_esc(opts.get('token_readback'))}). Without the profiler: TTFT "
-                     f"<b>{_esc(spread(latency.get('ttft_ms')))}</b>; TPOT <b>{_esc(spread(latency.get('tpot_ms')))}</b>;"
-                     f" <b>{_esc(latency.get('throughput_tokens_per_s'))}</b> output tokens/s; mean batch "
-                     f"{_esc(latency.get('mean_batch'))}.</p>")
+        parts.append(f"<p>{esc(latency.get('requests'))} requests ({esc(opts.get('arrival'))} arrivals at "
+                     f"{esc(opts.get('rate'))}/s, at most {esc(latency.get('max_batch'))} in a batch; engine: yield "
+                     f"{esc(opts.get('yield_s'))} s, to_thread {esc(opts.get('to_thread'))}, token readback "
+                     f"{esc(opts.get('token_readback'))}). Without the profiler: TTFT "
+                     f"<b>{esc(spread(latency.get('ttft_ms')))}</b>; TPOT <b>{esc(spread(latency.get('tpot_ms')))}</b>;"
+                     f" <b>{esc(latency.get('throughput_tokens_per_s'))}</b> output tokens/s; mean batch "
+                     f"{esc(latency.get('mean_batch'))}.</p>")
     for label, part in parked:
         if part.get("count"):
             site = named_site(part)
-            parts.append(f"<p>GPU idle with the launching thread parked ({_esc(label)}): <b>{fmt_ms(part['idle_us'])} ms"
-                         f"</b> in {_esc(part['count'])} gaps" + (f", most after <code>{_esc(site)}</code>" if site
+            parts.append(f"<p>GPU idle with the launching thread parked ({esc(label)}): <b>{fmt_ms(part['idle_us'])} ms"
+                         f"</b> in {esc(part['count'])} gaps" + (f", most after <code>{esc(site)}</code>" if site
                                                                   else "") + ".</p>")
     fmt = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
     requests = (latency or {}).get("per_request") or []
     if requests:
-        parts.append("<h3>Per request, without the profiler (ms)</h3>" + _table(
+        parts.append("<h3>Per request, without the profiler (ms)</h3>" + table(
             ["request", "prompt", "output", "queued", "TTFT", "TPOT", "latency"],
-            [[_esc(r["id"]), _esc(r["prompt_tokens"]), _esc(r["output_tokens"]), fmt(r["queue_ms"]),
+            [[esc(r["id"]), esc(r["prompt_tokens"]), esc(r["output_tokens"]), fmt(r["queue_ms"]),
               fmt(r["ttft_ms"]), fmt(r["tpot_ms"]), fmt(r["latency_ms"])] for r in requests]))
     in_batch = {s["step"]: s for s in serving.get("steps") or []}
     steps = [s for s in (report.get("gaps") or {}).get("per_step") or [] if s["step"] in in_batch]
     if steps:
-        parts.append("<h3>Per engine step, profiled</h3>" + _table(
+        parts.append("<h3>Per engine step, profiled</h3>" + table(
             ["step", "wall", "GPU util", "requests in batch", "waiting", "idle: event loop", "idle: thread hop",
              "idle: sync"],
-            [[_esc(s["step"]), fmt_us(s["wall_us"]), fmt_pct(s["gpu_utilization"]),
-              _esc(in_batch[s["step"]]["in_batch"]), _esc(in_batch[s["step"]]["waiting"]),
+            [[esc(s["step"]), fmt_us(s["wall_us"]), fmt_pct(s["gpu_utilization"]),
+              esc(in_batch[s["step"]]["in_batch"]), esc(in_batch[s["step"]]["waiting"]),
               fmt_us(s["idle_by_cause_us"].get("event_loop_idle")), fmt_us(s["idle_by_cause_us"].get("thread_hop")),
               fmt_us(s["idle_by_cause_us"].get("sync"))] for s in steps]))
-    return _section("Serving: per-request latency and per-step GPU utilization", "\n".join(parts))
+    return section("Serving: per-request latency and per-step GPU utilization", "\n".join(parts))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from analyzer.report import mdsafe
-from analyzer.report.html import CSS, _esc, _figure_html, _section, _table
+from analyzer.report.html import CSS, esc, figure_html, section, table
 from analyzer.report.palette import BUSY_COLOR, CAUSE_COLORS
 from analyzer.report.plotly_json import plotly_js
 from analyzer.units import fmt_bytes, fmt_ms, fmt_pct, plural
@@ -171,40 +171,40 @@ def _split_figure(job: dict) -> dict:
 
 
 def _esc_row(row: list[str]) -> list[str]:
-    return [_esc(c) for c in row]
+    return [esc(c) for c in row]
 
 
 def job_html(summary: dict) -> str:
     title = f"Job report: {plural(summary['traces'], 'trace')}, {plural(len(summary['jobs']), 'job')}"
-    body = [f"<header><h1>{_esc(title)}</h1></header>"]
+    body = [f"<header><h1>{esc(title)}</h1></header>"]
     many, single = _single_rank(summary)
     if single:
-        body.append(_section(f"Jobs of one rank ({len(single)}): no other rank to compare with", _table(
+        body.append(section(f"Jobs of one rank ({len(single)}): no other rank to compare with", table(
             SINGLE_HEADERS, [_esc_row(_single_cells(job)) for job in single])))
     for n, job in enumerate(many):
         said = _straggler_lines(job)
-        stragglers = ("<ul>" + "".join(f"<li>{_esc(s)}</li>" for s in said) + "</ul>") if said else (
+        stragglers = ("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in said) + "</ul>") if said else (
             f"<p class=empty>no straggler (threshold {fmt_ms(job['threshold_us'])} ms)</p>")
-        parts = [f"<p class=summary>{_esc(_job_facts(job))}</p>", "<h3>Stragglers</h3>", stragglers]
+        parts = [f"<p class=summary>{esc(_job_facts(job))}</p>", "<h3>Stragglers</h3>", stragglers]
         if job["heatmap"]["steps"]:
-            parts += ["<h3>GPU idle per rank and step</h3>", _figure_html(_heatmap_figure(job), f"heat{n}")]
-        parts += ["<h3>Communication, compute and idle per rank</h3>", _figure_html(_split_figure(job), f"split{n}"),
-                  _table(RANK_HEADERS, [_esc_row(_rank_cells(r)) for r in job["per_rank"]])]
+            parts += ["<h3>GPU idle per rank and step</h3>", figure_html(_heatmap_figure(job), f"heat{n}")]
+        parts += ["<h3>Communication, compute and idle per rank</h3>", figure_html(_split_figure(job), f"split{n}"),
+                  table(RANK_HEADERS, [_esc_row(_rank_cells(r)) for r in job["per_rank"]])]
         top = [r for r in job["per_rank"] if r["top_finding"]]
         if top:
-            parts.append(_table(["rank", "top finding", "site", "GPU idle (ms)"],
+            parts.append(table(["rank", "top finding", "site", "GPU idle (ms)"],
                                 [_esc_row([str(r["rank"]), r["top_finding"]["title"], r["top_finding"]["site"],
                                            fmt_ms(r["top_finding"]["gpu_idle_us"])]) for r in top]))
         if job["slow_collectives"]:
             parts += ["<h3>Slow collectives</h3>",
-                      _table(SLOW_HEADERS, [_esc_row(_slow_cells(c)) for c in job["slow_collectives"]])]
-        body.append(_section(f"Job {job['job']}", "\n".join(parts)))
-    body.append(_section("Findings across traces", _table(
+                      table(SLOW_HEADERS, [_esc_row(_slow_cells(c)) for c in job["slow_collectives"]])]
+        body.append(section(f"Job {job['job']}", "\n".join(parts)))
+    body.append(section("Findings across traces", table(
         ["finding", "kind", "site", "traces", "share", "median GPU idle (ms)"],
         [_esc_row([p["title"], p["kind"], p["site"], str(p["traces"]), fmt_pct(p["share"]),
                    fmt_ms(p["gpu_idle_us_median"])]) for p in summary["population"]])))
     if summary["errors"]:
-        body.append(_section("Traces not analysed", _table(
+        body.append(section("Traces not analysed", table(
             ["job", "rank", "trace", "error"],
             [_esc_row([e["job"], str(e["rank"]), e["source"], e["error"]]) for e in summary["errors"]])))
     return (f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
