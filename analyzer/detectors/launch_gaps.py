@@ -144,9 +144,10 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
     middle = lo + (hi - lo) // 2
     at_middle = _innermost_at(ctx, rows, middle)
     op_at_middle = _outer_op_at(ctx, rows, middle)
+    launch_keys = _launch_site_keys(ctx, rows).tolist()
     groups: dict[int, list[int]] = defaultdict(list)
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
-        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), int(rows[i]), int(op_at_middle[i]))
+        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
     out = []
     for key, members in groups.items():
@@ -176,7 +177,7 @@ def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> n
     return np.where((rows >= 0) & (found >= 0), near[np.maximum(found, 0)] if len(near) else -1, -1)
 
 
-def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: int, op: int) -> int:
+def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key: int, op: int) -> int:
     model, index = ctx.model, ctx.frames
     fr = model.frames
     if frame >= 0:
@@ -198,7 +199,7 @@ def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, row: in
             return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code)
     if op >= 0:
         return op_key(int(model.ops.name[op]))
-    return int(_pieces_site_keys_for_row(ctx, row))
+    return launch_key
 
 
 def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
@@ -215,11 +216,15 @@ def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np
     return np.where(found >= 0, ctx.outermost_ops[cpu[np.maximum(found, 0)]] if len(cpu) else -1, -1)
 
 
-def _pieces_site_keys_for_row(ctx: AnalysisContext, row: int) -> int:
+def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
+    """Site keys of the runtime rows (a piece with none, row -1, gets the empty site)."""
     rt = ctx.model.runtime
-    if row < 0:
-        return KIND_NONE << 60
-    return int(site_keys(ctx, rt.frame[row:row + 1], rt.op[row:row + 1], rt.name[row:row + 1])[0])
+    keys = np.full(len(rows), KIND_NONE << 60, dtype=np.int64)
+    has = np.flatnonzero(rows >= 0)
+    if len(has):
+        at = rows[has]
+        keys[has] = site_keys(ctx, rt.frame[at], rt.op[at], rt.name[at])
+    return keys
 
 
 def launch_stats(ctx: AnalysisContext) -> dict:

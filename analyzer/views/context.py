@@ -98,15 +98,15 @@ class AnalysisContext:
         ops = self.model.ops
         is_ann = ops.is_annotation.astype(bool)
         best = np.where(is_ann, -1, np.arange(len(ops)))
-        cur = ops.parent.copy()
-        while True:
-            live = np.flatnonzero(cur >= 0)
-            if not len(live):
-                return best
-            up = cur[live]
+        live = np.flatnonzero(ops.parent >= 0)
+        up = ops.parent[live]
+        while len(live):  # one level up per round, for the rows whose chain goes on
             take = ~is_ann[up]
             best[live[take]] = up[take]
-            cur[live] = ops.parent[up]
+            up = ops.parent[up]
+            more = up >= 0
+            live, up = live[more], up[more]
+        return best
 
     def name(self, code: int) -> str:
         return self.model.names[code]

@@ -132,15 +132,23 @@ def _nearest_marked(marked: np.ndarray, parent: np.ndarray, start: np.ndarray) -
     earlier (ties: comes first) counts, as in one forward pass in start order; so chains have no cycles and pointer
     jumping ends after about log2(depth) rounds."""
     rows = np.arange(len(marked))
+    if not marked.any():  # (no library frame in a trace of plain scripts, no compiled graph without torch.compile)
+        return np.full(len(marked), -1, dtype=np.int64)
     pointer = np.where(marked, rows, np.where(_linked(parent, start), parent, -1))
-    while len(pending := np.flatnonzero((pointer >= 0) & ~marked[np.maximum(pointer, 0)])):
+    pending = np.flatnonzero((pointer >= 0) & ~marked[np.maximum(pointer, 0)])
+    while len(pending):  # a row whose pointer reached a marked row or -1 is done for good
         pointer[pending] = pointer[pointer[pending]]
+        reached = pointer[pending]
+        pending = pending[(reached >= 0) & ~marked[np.maximum(reached, 0)]]
     return pointer
 
 
 def _linked(parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    rows = np.arange(len(parent))
+    if (start[1:] >= start[:-1]).all():  # the model's order: a row's rank in start order is its index
+        return (parent >= 0) & (parent < rows)
     rank = np.empty(len(parent), dtype=np.int64)
-    rank[np.argsort(start, kind="stable")] = np.arange(len(parent))
+    rank[np.argsort(start, kind="stable")] = rows
     return (parent >= 0) & (rank[np.maximum(parent, 0)] < rank)
 
 
