@@ -46,6 +46,15 @@ def markdown_block(text: str, element_id: str, what: str) -> html.Div:
     ], className="markdown-block")
 
 
+# Only x-axis changes go to the server. Plotly's autosize relayout after the first draw (and on window resizes)
+# would otherwise be a second request for the figure, and Dash drops the answer to an earlier one: a zoom made just
+# before it would be lost. A clientside callback from a graph's relayoutData into a Store, which the server reads.
+X_AXIS_RELAYOUT_JS = """function(relayout) {
+    const keys = Object.keys(relayout || {});
+    return keys.some(k => k.startsWith('xaxis')) ? relayout : window.dash_clientside.no_update;
+}"""
+
+
 def window_from_relayout(relayout: dict | None) -> tuple[float, float] | str | None:
     """(lo_ms, hi_ms) from a zoom or pan, "full" from a double-click, None for anything else (autosize)."""
     if not relayout:

@@ -12,7 +12,8 @@ from analyzer.api import compare, is_improvement, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
-from dashboard.pages.common import badge, error_card, markdown_block, run_href, window_from_relayout
+from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, error_card, markdown_block, run_href,
+                                   window_from_relayout)
 from dashboard.runs import RunStore
 
 STATUS_COLORS = {"fixed": "#009E73", "new": "#D55E00", "changed": "#E69F00", "unchanged": "#999999"}
@@ -126,10 +127,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
             html.H2("Steps and timelines"),
             dcc.Graph(id="diff-steps", figure=diff_steps_figure(names, sides), config=GRAPH_CONFIG),
             dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines), config=TIMELINE_CONFIG),
+            dcc.Store(id="diff-timeline-relayout"),
             markdown_block(render_diff_markdown(d), "diff-md", "this comparison"),
         ])
 
-    @app.callback(Output("diff-timeline", "figure"), Input("diff-timeline", "relayoutData"),
+    app.clientside_callback(X_AXIS_RELAYOUT_JS, Output("diff-timeline-relayout", "data"),
+                            Input("diff-timeline", "relayoutData"), prevent_initial_call=True)
+
+    @app.callback(Output("diff-timeline", "figure"), Input("diff-timeline-relayout", "data"),
                   State("diff-before", "value"), State("diff-after", "value"), prevent_initial_call=True)
     def refine_diff_timeline(relayout, before_id, after_id):
         """Both runs' lanes recomputed for the zoomed window (as the run page's timeline)."""

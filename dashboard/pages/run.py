@@ -15,8 +15,8 @@ from analyzer.api import TimelineData, numbered
 from analyzer.units import fmt_pct, fmt_us, plural
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
                                timeline_figure)
-from dashboard.pages.common import (badge, cause_badge, download_href, error_card, markdown_block, run_href,
-                                    severity_badge, window_from_relayout)
+from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, cause_badge, download_href, error_card,
+                                    markdown_block, run_href, severity_badge, window_from_relayout)
 from dashboard.runs import RunStore, format_created
 
 FINDING = "finding"
@@ -364,14 +364,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
         span = (steps[first]["ts_us"], steps[last]["ts_us"] + steps[last]["wall_us"])
         return _zoom(_window_ns(data, [span], 0.02, context=False), [], data)
 
-    # Only x-axis changes go to the server. Plotly's autosize relayout after the first draw (and on window
-    # resizes) would otherwise be a second request for the figure, and Dash drops the answer to an earlier one:
-    # a zoom made just before it would be lost.
-    app.clientside_callback(
-        """function(relayout) {
-            const keys = Object.keys(relayout || {});
-            return keys.some(k => k.startsWith('xaxis')) ? relayout : window.dash_clientside.no_update;
-        }""", Output("timeline-relayout", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
+    app.clientside_callback(X_AXIS_RELAYOUT_JS, Output("timeline-relayout", "data"), Input("timeline", "relayoutData"),
+                            prevent_initial_call=True)
 
     @app.callback(Output("timeline", "figure"), Output("shown-window", "data"), Input("timeline-relayout", "data"),
                   Input("zoom", "data"), Input("memory-fit", "value"), State("shown-window", "data"),
