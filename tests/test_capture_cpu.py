@@ -133,11 +133,13 @@ def test_ctrl_c_leaves_a_clearly_incomplete_run(tmp_path):
     import sys
     import time
     out = tmp_path / "traces"
+    # SIGINT at its default in the child: pytest started in the background (`cmd &` in a script) ignores SIGINT, and
+    # a child would inherit that and run to the end
     proc = subprocess.Popen(
         [sys.executable, "-m", "analyzer", "capture", "workloads/tiny.yaml", "--out", str(out),
          "--set", "decode_steps=3000", "--set", "prompt_length=8"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     for line in proc.stderr:  # phase lines arrive as the run goes (stderr is not a terminal)
         if "timing (no profiler)" in line or time.monotonic() > deadline:
