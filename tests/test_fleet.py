@@ -194,13 +194,15 @@ def test_collectives_table_of_a_ddp_trace(tmp_path):
 def test_a_scheduler_of_our_own_and_its_scheduler_file(tmp_path):
     """--scheduler and --scheduler-file reach a running cluster (here one in this process) instead of starting one."""
     import distributed
+    # the scheduler writes its file as it starts, as `dask scheduler --scheduler-file` does on a cluster
+    # (Client.write_scheduler_file fails once a task's metrics, keyed by tuples, are in the scheduler's info)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=None,
+                                  scheduler_kwargs={"scheduler_file": str(tmp_path / "sched.json")}) as cluster:
         r = run_cli("analyze-many", str(REPO / "tests/fixtures/h200/decode"), "--out", str(tmp_path / "a"),
                     "--scheduler", cluster.scheduler_address)
         assert r.returncode == 0, r.stderr
         assert f"scheduler {cluster.scheduler_address}" in r.stderr
-        client.write_scheduler_file(str(tmp_path / "sched.json"))
         r = run_cli("analyze-many", str(REPO / "tests/fixtures/h200/item_sync"), "--out", str(tmp_path / "a"),
                     "--scheduler-file", str(tmp_path / "sched.json"))
         assert r.returncode == 0, r.stderr
