@@ -166,14 +166,22 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
 
 def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
     """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
-    frames, rt = ctx.model.frames, ctx.model.runtime
-    if not len(frames) or not len(rows) or not len(rt):
+    frames = ctx.model.frames
+    return _enclosing_at(ctx, frames, np.arange(len(frames)), rows, t_ns)
+
+
+def _enclosing_at(ctx: AnalysisContext, table, candidates: np.ndarray, rows: np.ndarray,
+                  t_ns: np.ndarray) -> np.ndarray:
+    """Per runtime row: the innermost of the table's candidate rows on its thread that encloses the instant t (-1
+    where none). Only the candidates holding one of the instants are searched (joins.holding_any)."""
+    rt = ctx.model.runtime
+    if not len(candidates) or not len(rows) or not len(rt):
         return np.full(len(rows), -1, np.int64)
+    near = candidates[holding_any(table.start_ns[candidates], table.end_ns[candidates], t_ns)]
     safe = np.maximum(rows, 0)
-    near = np.flatnonzero(holding_any(frames.start_ns, frames.end_ns, t_ns))
-    frame_keys, query_keys = thread_keys([frames.pid[near], rt.pid[safe]], [frames.tid[near], rt.tid[safe]])
-    found = Intervals(frame_keys, frames.start_ns[near], frames.end_ns[near], sorted_by_start=True
-                      ).innermost_enclosing(np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
+    keys, query_keys = thread_keys([table.pid[near], rt.pid[safe]], [table.tid[near], rt.tid[safe]])
+    found = Intervals(keys, table.start_ns[near], table.end_ns[near], sorted_by_start=True).innermost_enclosing(
+        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
     return np.where((rows >= 0) & (found >= 0), near[np.maximum(found, 0)] if len(near) else -1, -1)
 
 
@@ -204,16 +212,9 @@ def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_
 
 def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
     """The outermost op running at t on the thread of each runtime row (-1 where none)."""
-    ops, rt = ctx.model.ops, ctx.model.runtime
-    cpu = np.flatnonzero(~ops.is_annotation.astype(bool))
-    if not len(cpu) or not len(rows) or not len(rt):
-        return np.full(len(rows), -1, np.int64)
-    safe = np.maximum(rows, 0)
-    cpu = cpu[holding_any(ops.start_ns[cpu], ops.end_ns[cpu], t_ns)]
-    op_keys, query_keys = thread_keys([ops.pid[cpu], rt.pid[safe]], [ops.tid[cpu], rt.tid[safe]])
-    found = Intervals(op_keys, ops.start_ns[cpu], ops.end_ns[cpu], sorted_by_start=True).innermost_enclosing(
-        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
-    return np.where(found >= 0, ctx.outermost_ops[cpu[np.maximum(found, 0)]] if len(cpu) else -1, -1)
+    ops = ctx.model.ops
+    found = _enclosing_at(ctx, ops, np.flatnonzero(~ops.is_annotation.astype(bool)), rows, t_ns)
+    return np.where(found >= 0, ctx.outermost_ops[np.maximum(found, 0)], -1) if len(ops) else found
 
 
 def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
 from analyzer.detectors.base import SEVERITIES
 from analyzer.units import us
-from analyzer.views.collectives import comm_rows, comm_totals
+from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
 from analyzer.views.sites import describe_site, site_keys
@@ -117,11 +117,10 @@ def _summary(ctx: AnalysisContext, findings: list) -> dict:
 def _communication(ctx: AnalysisContext) -> dict | None:
     """How much of the GPU's busy time was collectives (NCCL / RCCL kernels), when there were any: busy is not all
     compute on a distributed run, and a rank that waits inside an all-reduce looks busy."""
-    kernels = int(comm_rows(ctx).sum())
-    if not kernels:
-        return None
     t = comm_totals(ctx)
-    return {"kernels": kernels, "comm_us": round(t["comm_us"], 3), "share_of_busy": t["comm_share"],
+    if not t["kernels"]:
+        return None
+    return {"kernels": t["kernels"], "comm_us": round(t["comm_us"], 3), "share_of_busy": t["comm_share"],
             "overlap_us": round(t["overlap_us"], 3), "compute_us": round(t["compute_us"], 3)}
 
 

@@ -97,7 +97,6 @@ _ARGS_KEYS = {"external_id": "External id", "correlation": "correlation", "cbid"
 _THREAD_COLUMNS = ("pid", "tid", "memory_pid", "memory_tid")
 _ARGS_ROWS = re.compile(r"args\d+_rows")
 _MEMORY_COLUMNS = tuple(f"memory_{field}" for field in ("pid", "tid", *_MEMORY_ARGS))
-_GPU_CODES = [CATEGORY_CODE[c] for c in GPU_KINDS]
 _SKIP_REASONS = ("missing or invalid ts", "missing or invalid dur", "negative dur")
 NOTE_LAUNCHED_BEFORE_WINDOW = ("gpu: rows launched before the profiling window began (correlation id below every "
                                "recorded runtime call's)")
@@ -474,7 +473,8 @@ class _Builder:
         self.memory_ts, self.memory_has_ts = columns.column("memory_ns"), columns.column("memory_has_ts")
         self.duration, self.dur_valid = columns.column("dur_ns"), columns.column("dur_valid")
         self._set_end()
-        self.pid, self.tid = self.threads.canonical(columns.column("pid")), self.threads.canonical(columns.column("tid"))
+        self.pid = self.threads.canonical(columns.column("pid"))
+        self.tid = self.threads.canonical(columns.column("tid"))
         self.name = columns.column("name")
         # A slice's args are at args_position in the values of the one group of _ARGS_BY_CATEGORY its category is in.
         self.args: dict[str, list[tuple[int, np.ndarray]]] = {}  # column -> [(group, values)]
@@ -608,8 +608,8 @@ class _Builder:
     def _drop_event_columns(self) -> None:
         """Free the columns of every event once the tables hold their rows: on a 1 GB trace they are about a third
         of the peak memory, and the joins that follow need as much again."""
-        for name in ("category", "start", "has_start", "memory_ts", "memory_has_ts", "has_duration", "negative", "end", "pid", "tid",
-                     "name", "args", "args_position", "memory_columns"):
+        for name in ("category", "start", "has_start", "memory_ts", "memory_has_ts", "has_duration", "negative", "end",
+                     "pid", "tid", "name", "args", "args_position", "memory_columns"):
             setattr(self, name, None)
         release_free_memory()
 

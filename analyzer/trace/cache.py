@@ -18,8 +18,9 @@ import numpy as np
 
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
-FORMAT = 6  # 6: comm_args; 5: a step label of any characters but "#"; 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay
-# launched before the window
+# 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay launched before
+# the window; 5: a step label of any characters but "#"; 6: comm_args
+FORMAT = 6
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
           "memory": Memory, "overhead": Overhead, "steps": Steps}

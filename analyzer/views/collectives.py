@@ -181,7 +181,7 @@ def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
 
 def comm_totals(ctx) -> dict:
     """The GPU window cut into comm, compute, idle and the profiler's own time (µs, summed over devices); see the
-    module's docstring for the rule. comm_share = comm_us / busy_us."""
+    module's docstring for the rule. comm_share = comm_us / busy_us; kernels: how many collective kernels ran."""
     model = ctx.model
     gpu = model.gpu
     active = activity_mask(model)
@@ -201,4 +201,5 @@ def comm_totals(ctx) -> dict:
         for key, ns in parts.items():
             totals[key] += ns / 1e3
     totals["comm_share"] = round(totals["comm_us"] / totals["busy_us"], 4) if totals["busy_us"] else None
+    totals["kernels"] = int(comm.sum())
     return totals
