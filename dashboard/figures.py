@@ -10,6 +10,7 @@ import plotly.io as pio
 
 from analyzer.api import CAUSES, REQUEST_STATES, LaneView, TimelineData, TimelineView, mem_unit, packed
 from analyzer.report.palette import ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS
+from analyzer.units import fmt_bytes
 
 STATE_COLORS = {
     "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in CAUSES},
@@ -164,6 +165,12 @@ def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
         meta={"kind": "hover", "lane": lane.key}))
 
 
+def present_states(data: TimelineData) -> set[str]:
+    """The states some lane of the run holds: the legend lists only those (all nine idle causes on every run's
+    legend took three rows of a laptop's screen)."""
+    return {lane.states[k] for lane in data.lanes for k in range(len(lane.states)) if len(lane.merged[k][0])}
+
+
 def _legend_entries(traces: list, states: list[str], legend: str = "legend") -> None:
     """Fixed legend (the data traces come and go with the zoom); clicking an entry toggles its state."""
     for state in states:
@@ -270,7 +277,8 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     gpu_rows = [gpu_views[0], None, *gpu_views[1:]]  # None: the host-sync marker lane
     cpu_rows = cpu_views or [None]
     heights = [LANE_PX * len(gpu_rows) + 20, LANE_PX * len(cpu_rows) + 20, MEMORY_PX]
-    gap_px, margin = 62, {"l": 170, "r": 20, "t": 115, "b": 60}
+    # the gap between panels holds the x ticks and the next panel's legend, on two rows where the page is narrow
+    gap_px, margin = 84, {"l": 170, "r": 20, "t": 115, "b": 60}
     height = sum(heights) + 2 * gap_px + margin["t"] + margin["b"]
     plot_px = height - margin["t"] - margin["b"]
     domains, top = [], 1.0
@@ -280,9 +288,12 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     traces: list[dict] = []
     requests = list(REQUEST_STATES) if data.requests else []
     # one legend per panel: the GPU's states at the top, the CPU's above the CPU panel, memory's above memory
-    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset", *requests])
-    _legend_entries(traces, ["launch call", "blocking sync call", "cudaMalloc/cudaFree", "other runtime call",
-                             "cpu op", "your code"], legend="legend3")
+    present = present_states(data)
+    _legend_entries(traces, [s for s in ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset",
+                                         *requests] if s in present])
+    _legend_entries(traces, [s for s in ["launch call", "blocking sync call", "cudaMalloc/cudaFree",
+                                         "other runtime call", "cpu op", "your code"] if s in present],
+                    legend="legend3")
     lo, hi = view.lo, view.hi
     labels = {1: [], 2: []}
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):
@@ -330,9 +341,9 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
         "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1 - 30 / height, "yanchor": "top",
                    "yref": "container", "groupclick": "togglegroup"},  # below the modebar
         "legend2": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[2][1] + 4 / plot_px,
-                    "yanchor": "bottom"},
+                    "yanchor": "bottom", "font": {"size": 11}},
         "legend3": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[1][1] + 4 / plot_px,
-                    "yanchor": "bottom"},
+                    "yanchor": "bottom", "font": {"size": 11}},
         "meta": {"t0_us": data.t0_us, "window_ms": xrange},
     }
     return {"data": traces, "layout": layout}
@@ -401,14 +412,28 @@ def diff_figure(d: dict) -> go.Figure:
 
 
 MAX_SEGMENT_BARS = 40
+SEGMENTS_BEFORE_GROUPING = 12
+SMALL_SEGMENT_SHARE = 1 / 64
 MAX_BLOCK_BARS = 3000
 SEGMENT_COLORS = {"allocated": ALLOCATED_COLOR, "inactive": "#E69F00", "free": "#CCCCCC"}
+
+
+def split_small_segments(segments: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(shown one bar each, grouped into one bar): with more than SEGMENTS_BEFORE_GROUPING segments, those under
+    SMALL_SEGMENT_SHARE of the largest (a few MiB beside GiB ones: bars too short to see) and any past
+    MAX_SEGMENT_BARS share one bar. `segments` is largest first."""
+    if len(segments) <= SEGMENTS_BEFORE_GROUPING:
+        return segments, []
+    cut = segments[0]["total"] * SMALL_SEGMENT_SHARE
+    big = [s for s in segments if s["total"] >= cut][:MAX_SEGMENT_BARS]
+    return big, segments[len(big):]
 
 
 def segments_figure(state: dict | None) -> go.Figure:
     """The allocator's segments at one moment (TimelineData.allocator_segments): one bar per segment, its live
     blocks in their address order (hover: size and allocating line), free space inside a segment that holds live
-    blocks (inactive, what fragmentation is) apart from segments with none (free: what empty_cache() returns)."""
+    blocks (inactive, what fragmentation is) apart from segments with none (free: what empty_cache() returns).
+    Many small segments share one bar (their allocated, inactive and free bytes summed)."""
     fig = go.Figure()
     if not state or not state["segments"]:
         text = ("no allocator snapshot with history for this trace (capture with memory_history.enabled, or analyze "
@@ -417,9 +442,9 @@ def segments_figure(state: dict | None) -> go.Figure:
         fig.update_layout(template="plotly_white", height=160, font=FONT, xaxis_visible=False, yaxis_visible=False,
                           margin={"l": 20, "r": 20, "t": 20, "b": 20})
         return fig
-    segments = state["segments"][:MAX_SEGMENT_BARS]
-    unit, div = mem_unit(max(s["total"] for s in segments))
-    labels = [f"{k + 1}: {s['total'] / div:.1f} {unit}" for k, s in enumerate(segments)]
+    segments, small = split_small_segments(state["segments"])
+    unit, div = mem_unit(segments[0]["total"])
+    labels = [f"{k + 1}: {fmt_bytes(s['total'])}" for k, s in enumerate(segments)]
     free = [s for s in segments if not s["blocks"]]
     split = [s for s in segments if s["blocks"]]
     for name, group in (("inactive (free inside a segment with live blocks)", split),
@@ -427,10 +452,10 @@ def segments_figure(state: dict | None) -> go.Figure:
         if group:
             color = SEGMENT_COLORS["inactive" if group is split else "free"]
             fig.add_bar(y=[labels[segments.index(s)] for s in group], x=[s["total"] / div for s in group],
-                        base=0, orientation="h", name=name, marker_color=color,
+                        base=0, orientation="h", name=name, marker_color=color, legendgroup=name,
                         hovertemplate="segment %{y}<br>" + ("%{customdata}" if group is split else "no live block")
                         + "<extra></extra>",
-                        customdata=[f"{(s['total'] - s['allocated']) / div:.2f} {unit} free between "
+                        customdata=[f"{fmt_bytes(s['total'] - s['allocated'])} free between "
                                     f"{len(s['blocks'])} live blocks" for s in group])
     ys, xs, bases, texts = [], [], [], []
     for k, s in enumerate(segments):
@@ -440,23 +465,47 @@ def segments_figure(state: dict | None) -> go.Figure:
             ys.append(labels[k])
             xs.append(b["size"] / div)
             bases.append((b["address"] - s["address"]) / div)
-            texts.append(f"{b['size'] / div:.3f} {unit} block at +{(b['address'] - s['address']) / div:.3f} {unit}"
+            texts.append(f"{fmt_bytes(b['size'])} block at +{fmt_bytes(b['address'] - s['address'])}"
                          f"<br>allocated at {html.escape(b['line'])}")
     if xs:
-        fig.add_bar(y=ys, x=xs, base=bases, orientation="h", name="allocated block",
+        fig.add_bar(y=ys, x=xs, base=bases, orientation="h", name="allocated block", legendgroup="allocated",
                     marker={"color": SEGMENT_COLORS["allocated"], "line": {"width": 0.5, "color": "#fff"}},
                     hovertext=texts, hovertemplate="%{hovertext}<extra></extra>")
-    shown = "" if len(state["segments"]) <= MAX_SEGMENT_BARS else \
-        f" (the {MAX_SEGMENT_BARS} largest of {len(state['segments'])})"
+    order = list(labels)
+    if small:
+        label = f"{len(small)} smaller: {fmt_bytes(sum(s['total'] for s in small))}"
+        order.append(label)
+        sums = {"allocated": sum(s["allocated"] for s in small), "inactive": sum(s["inactive"] for s in small),
+                "free": sum(s["free"] for s in small)}
+        hover = (f"{len(small)} segments of {fmt_bytes(small[-1]['total'])} to {fmt_bytes(small[0]['total'])}, "
+                 f"summed: {fmt_bytes(sums['allocated'])} allocated, {fmt_bytes(sums['inactive'])} inactive, "
+                 f"{fmt_bytes(sums['free'])} in segments with no live block")
+        base = 0.0
+        for part in ("allocated", "inactive", "free"):
+            if sums[part]:
+                fig.add_bar(y=[label], x=[sums[part] / div], base=[base], orientation="h", showlegend=False,
+                            legendgroup=part, marker_color=SEGMENT_COLORS[part], hovertext=[hover],
+                            hovertemplate="%{hovertext}<extra></extra>", meta={"kind": "small_segments"})
+                base += sums[part] / div
     fig.update_layout(
-        barmode="overlay", template="plotly_white", font=FONT, height=120 + 26 * len(segments),
-        title={"text": f"Allocator segments of GPU {state['device']} at {state['t_ns'] / 1e6:.3f} ms{shown}: "
-                       "click the memory lane to choose another time", "x": 0, "font": {"size": 15}},
-        xaxis_title=f"offset in segment ({unit})", legend={"orientation": "h", "y": -0.2 if len(segments) > 4 else -0.6},
-        margin={"l": 110, "r": 20, "t": 50, "b": 60}, meta={"segments": len(state["segments"]),
-                                                          "blocks": sum(len(s["blocks"]) for s in state["segments"])})
-    fig.update_yaxes(autorange="reversed", fixedrange=True)
+        barmode="overlay", template="plotly_white", font=FONT, height=120 + 26 * len(order),
+        title={"text": f"Allocator segments of GPU {state['device']} {segments_time(state)}: click the memory lane "
+                       "to choose another time", "x": 0, "font": {"size": 15}},
+        xaxis_title=f"offset in segment ({unit}); the last bar: the smaller segments' bytes summed" if small
+        else f"offset in segment ({unit})", legend={"orientation": "h", "y": -0.2 if len(order) > 4 else -0.6},
+        margin={"l": 150, "r": 20, "t": 50, "b": 60},
+        meta={"segments": len(state["segments"]), "grouped": len(small),
+              "blocks": sum(len(s["blocks"]) for s in state["segments"]), "t_ms": state["t_ns"] / 1e6})
+    # largest first, top to bottom, whichever trace a segment's bar is in
+    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", fixedrange=True)
     return fig
+
+
+def segments_time(state: dict) -> str:
+    """When the segments are shown, on the timeline's own axis (ms since the GPU window start)."""
+    at = f"at {state['t_ns'] / 1e6:.3f} ms"
+    return {"peak": f"{at} (the highest memory_reserved on the timeline)",
+            "start": f"{at} (the timeline's start: memory_reserved is highest there)"}.get(state.get("why"), at)
 
 
 MAX_HEATMAP_LABELS = 40

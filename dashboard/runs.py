@@ -61,6 +61,10 @@ class RunRow:
     top_finding: str | None = None
     top_severity: str | None = None
     error: str | None = None
+    window_us: float | None = None
+    busy_us: float | None = None
+    idle_by_cause: dict[str, float] = dataclasses.field(default_factory=dict)  # µs per cause, from the report
+    other_finding: dict | None = None  # the largest top-level finding that is not launch overhead
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -507,8 +511,21 @@ def _read_json(path: Path) -> dict | None:
     return report
 
 
+LAUNCH_KINDS = ("launch_gap",)  # the finding nearly every eager run has: the run list looks past it
+
+
 def _summary_of(report: dict) -> dict:
+    """What the run list shows of a report: utilization, the window split into busy and idle by cause, the top
+    finding, and the largest top-level finding of another kind (what tells launch-bound runs apart)."""
     findings = report.get("findings") or []
+    summary = report.get("summary") or {}
     top = findings[0] if findings else None
-    return {"utilization": (report.get("summary") or {}).get("gpu_utilization"),
-            "top_finding": top["title"] if top else None, "top_severity": top["severity"] if top else None}
+    others = [f for f in findings if not f.get("parent") and f.get("kind") not in LAUNCH_KINDS]
+    other = max(others, key=lambda f: f.get("impact_us") or 0, default=None)  # ties: the report's own order
+    return {"utilization": summary.get("gpu_utilization"),
+            "top_finding": top["title"] if top else None, "top_severity": top["severity"] if top else None,
+            "window_us": summary.get("window_us"), "busy_us": summary.get("gpu_busy_us"),
+            "idle_by_cause": {c: float(v) for c, v in ((report.get("gaps") or {}).get("by_cause") or {}).items()
+                              if v},
+            "other_finding": {k: other.get(k) for k in ("id", "kind", "title", "severity", "impact_us")}
+            if other else None}

@@ -9,12 +9,15 @@ import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analyzer import api
 from analyzer.report.diff import compare
 from analyzer.report.figures import mem_unit, window_start_us
+from analyzer.units import fmt_bytes
 from dashboard.app import create_app, exposure_warning, main
+from dashboard.figures import SEGMENTS_BEFORE_GROUPING, SMALL_SEGMENT_SHARE, segments_figure
 from dashboard.runs import CACHE_DIR_NAME, RunStore
 from analyzer.api import BINS, EXACT_LIMIT, MARKER_LIMIT
 
@@ -214,22 +217,51 @@ def test_run_page_findings_memory_and_zoom_to_a_finding(page, base_url):
     assert not page.errors
 
 
+def test_segment_view_groups_small_segments_and_labels_each_in_its_own_unit():
+    """fragmentation (13 segments at the highest memory_reserved: 260 MiB down to 2 MiB): the 2 MiB ones share one
+    bar whose parts are their summed bytes; every label reads a non-zero size; the order is largest first."""
+    analysis = api.analyze(api.load(REPO / "tests" / "fixtures" / "h200_alloc" / "fragmentation"))
+    state = api.timeline(analysis).allocator_segments()
+    fig = segments_figure(state)
+    small = [seg for seg in state["segments"] if seg["total"] < state["segments"][0]["total"] * SMALL_SEGMENT_SHARE]
+    assert len(state["segments"]) > SEGMENTS_BEFORE_GROUPING and small
+    order = list(fig.layout.yaxis.categoryarray)
+    assert len(order) == len(state["segments"]) - len(small) + 1
+    assert order[-1] == f"{len(small)} smaller: {fmt_bytes(sum(seg['total'] for seg in small))}"
+    assert all(not label.split(": ")[1].startswith("0.00") for label in order)
+    sizes = [seg["total"] for seg in state["segments"]]
+    assert sizes == sorted(sizes, reverse=True)
+    grouped = [t for t in fig.data if t.meta and t.meta.get("kind") == "small_segments"]
+    mib = float(1 << 20)
+    assert sum(t.x[0] for t in grouped) * mib == pytest.approx(sum(seg["total"] for seg in small))
+
+
 def segments_js(expr: str) -> str:
     return f"() => {{ const gd = document.querySelector('#segments-graph .js-plotly-plot'); return {expr}; }}"
 
 
+SEGMENTS = "gd && gd.layout && gd.layout.meta ? gd.layout.meta.segments : -1"
 SEGMENT_ROWS = "gd && gd._fullData ? new Set(gd._fullData.flatMap(t => Array.from(t.y || []))).size : -1"
 
 
 @needs_browser
 def test_allocator_records_segment_view_fit_toggle_and_a_findings_calls(page, base_url):
-    """A run with the allocator's snapshot: the segment view at the reserved peak, then at a clicked time on the
-    memory lane; the fit-y toggle; a churn finding selects its own cudaMalloc/cudaFree markers."""
+    """A run with the allocator's snapshot: the segment view at the highest memory_reserved on the timeline (a
+    time on its axis, not the report's peak before the window), then at a clicked time on the memory lane; the
+    fit-y toggle; a churn finding selects its own cudaMalloc/cudaFree markers."""
     analysis = api.analyze(api.load(RECORDS))
     report, data = analysis.report, api.timeline(analysis)
-    peak = report["allocator"]["snapshot"]["peak"]
+    first = data.allocator_segments()
+    lo, hi = data.extent
+    assert lo <= first["t_ns"] <= hi and first["why"] == "peak"
+    reserved_then = sum(s["total"] for s in first["segments"])
+    assert all(sum(s["total"] for s in data.allocator_segments(t)["segments"]) <= reserved_then
+               for t in np.linspace(lo, hi, 200))
     open_run(page, base_url, "alloc_records")
-    page.wait_for_function(segments_js(f"{SEGMENT_ROWS} === {peak['segments']}"), timeout=20_000)
+    page.wait_for_function(segments_js(f"{SEGMENTS} === {len(first['segments'])} && {SEGMENT_ROWS} === "
+                                       f"{len(first['segments'])}"), timeout=20_000)
+    title = page.evaluate(segments_js("gd._fullLayout.title.text"))
+    assert f"at {first['t_ns'] / 1e6:.3f} ms (the highest memory_reserved on the timeline)" in title
 
     # the memory lane's hover points, clicked where the cache holds another number of segments than at the peak
     points = page.evaluate(graph_js(
@@ -238,11 +270,11 @@ def test_allocator_records_segment_view_fit_toggle_and_a_findings_calls(page, ba
     assert points and all(len(xs) > 50 for _, _, xs in points)  # hover reads the lines anywhere, not at changes only
     curve, _, xs = points[0]
     counts = [len(data.allocator_segments(float(x) * 1e6)["segments"]) for x in xs]
-    k = next(i for i, n in enumerate(counts) if n != peak["segments"])
+    k = next(i for i, n in enumerate(counts) if n != len(first["segments"]))
     page.evaluate(graph_js(f"gd.emit('plotly_click', {{points: [{{curveNumber: {curve}, pointNumber: {k}, "
                            f"x: {xs[k]}, y: 0, customdata: ['memory', 0], data: gd.data[{curve}], "
                            f"fullData: gd._fullData[{curve}]}}]}}) || true"))
-    page.wait_for_function(segments_js(f"{SEGMENT_ROWS} === {counts[k]}"), timeout=20_000)
+    page.wait_for_function(segments_js(f"{SEGMENTS} === {counts[k]}"), timeout=20_000)
 
     # fit-y: the memory axis fits memory_reserved in the window (above 0 here), and comes back to 0
     reserved = [y for t in page.evaluate(graph_js(
@@ -318,6 +350,30 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
 
 
 @needs_browser
+def test_run_list_tells_launch_bound_runs_apart(page, base_url):
+    """Every eager run's top finding is launch overhead: the list shows each run's window split into busy and idle
+    by cause (a bar whose parts are the report's numbers) and its largest finding of another kind."""
+    page.goto(base_url + "/")
+    page.wait_for_function("() => document.querySelectorAll('tr.run-row[data-status=analyzed]').length === 4",
+                           timeout=120_000)
+    for name, kind in (("item_sync", "sync"), ("alloc_churn", "allocator_churn")):
+        report = report_of(name)
+        row = page.locator(f"tr.run-row[data-run={name}]")
+        parts = row.locator(".window-bar .seg").evaluate_all(
+            "ss => ss.map(s => [s.dataset.part, parseFloat(s.dataset.us), parseFloat(s.style.width)])")
+        expected = {"busy": report["summary"]["gpu_busy_us"],
+                    **{f"idle: {c}": us for c, us in report["gaps"]["by_cause"].items() if us}}
+        assert {part: us for part, us, _ in parts} == pytest.approx(expected, rel=1e-6)
+        window = report["summary"]["window_us"]
+        assert [width for *_, width in parts] == pytest.approx([100 * us / window for _, us, _ in parts], abs=1e-3)
+        assert sum(width for *_, width in parts) == pytest.approx(100, abs=0.5)  # the parts make up the window
+        others = [f for f in report["findings"] if not f.get("parent") and f["kind"] != "launch_gap"]
+        best = max(others, key=lambda f: f["impact_us"])
+        assert best["kind"] == kind and best["title"] in row.locator("td.other-finding").inner_text()
+    assert not page.errors
+
+
+@needs_browser
 def test_run_list_filters_sorts_and_compares_two_ticked_runs(page, base_url):
     page.goto(base_url + "/")
     page.wait_for_selector("table.runs")
@@ -330,8 +386,11 @@ def test_run_list_filters_sorts_and_compares_two_ticked_runs(page, base_url):
     page.locator("#runs-filter").press("Enter")
     page.locator("#runs-sort").click()
     page.get_by_role("option", name="lowest GPU utilization first").click()
-    page.wait_for_function("() => document.querySelectorAll('tr.run-row').length === 5", timeout=20_000)
-    shown = page.locator("tr.run-row").evaluate_all("rs => rs.map(r => [r.dataset.status, r.cells[6].innerText])")
+    # the table the sort answered (a poll's redraw or the filter's may still be on the page until it comes)
+    page.wait_for_selector("table.runs[data-sort=util-low][data-query='']", timeout=20_000)
+    assert page.locator("tr.run-row").count() == 5
+    shown = page.locator("tr.run-row").evaluate_all(
+        "rs => rs.map(r => [r.dataset.status, (r.querySelector('td.util') || r.cells[5]).innerText])")
     analyzed = [float(u.rstrip("%")) for status, u in shown if status == "analyzed"]
     assert analyzed == sorted(analyzed) and all(st != "analyzed" for st, _ in shown[len(analyzed):])
     page.locator("tr.run-row[data-run=item_sync] .pick input").check()
@@ -343,6 +402,48 @@ def test_run_list_filters_sorts_and_compares_two_ticked_runs(page, base_url):
     link.click()
     page.wait_for_selector("p.verdict", timeout=60_000)
     assert not page.errors
+
+
+def boxes(page) -> dict:
+    """Bounding boxes (viewport coordinates) of the run page's parts."""
+    return page.evaluate("""() => Object.fromEntries([['header', 'header'], ['findings', '.findings-scroll'],
+        ['first', 'tr.finding-row'], ['timeline', '#timeline-box'], ['gpu', '#timeline .js-plotly-plot'],
+        ['detail', '#finding-detail']].map(([k, sel]) => {
+            const r = document.querySelector(sel).getBoundingClientRect();
+            return [k, {top: r.top, bottom: r.bottom, left: r.left, right: r.right, height: r.height}];
+        }))""")
+
+
+@needs_browser
+@pytest.mark.parametrize("width,height", [(1500, 1000), (1280, 800)])
+def test_run_page_shows_header_findings_timeline_and_detail_on_one_screen(browser, base_url, width, height):
+    """As opened: the header, every finding on one line, the detail column and the top of the timeline are all in
+    the window; a click on a finding puts its detail beside a timeline that is in view."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        open_run(page, base_url, "item_sync")
+        b = boxes(page)
+        assert b["header"]["top"] >= 0 and b["findings"]["bottom"] <= height
+        assert b["timeline"]["top"] < height * 0.6  # the GPU lanes are above the fold
+        assert b["detail"]["left"] > b["timeline"]["right"] - 1 and b["detail"]["right"] <= width
+        assert b["detail"]["top"] < height / 2
+        line = page.evaluate("parseFloat(getComputedStyle(document.querySelector('tr.finding-row td')).lineHeight)")
+        heights = page.locator("tr.finding-row").evaluate_all("rs => rs.map(r => r.getBoundingClientRect().height)")
+        assert heights and max(heights) < 2 * line  # one line each: the whole text is in the title and the detail
+        report = report_of("item_sync")
+        sync = next(f for f in report["findings"] if f["kind"] == "sync")
+        row = page.locator(f"tr.finding-row[data-finding='{sync['id']}']")
+        assert row.locator("td.title").get_attribute("title").endswith(sync["title"])
+        row.click()
+        page.wait_for_selector("#finding-detail h3", timeout=20_000)
+        assert page.locator("#finding-detail h3").inner_text() == sync["title"]
+        page.wait_for_function(f"() => {{ const t = document.getElementById('timeline-box').getBoundingClientRect()"
+                               f".top; return t >= -1 && t <= {height} * 0.5; }}", timeout=20_000)
+        b = boxes(page)
+        assert b["detail"]["top"] >= 0 and b["detail"]["top"] < height / 2 and b["detail"]["right"] <= width
+    finally:
+        context.close()
 
 
 @needs_browser

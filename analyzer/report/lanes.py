@@ -455,23 +455,44 @@ class TimelineData:
         return [MemoryCurve(0, self._rel(ts), alloc, res)]
 
     def allocator_segments(self, t_ns: float | None = None, device: int | None = None) -> dict | None:
-        """The allocator's segments and live blocks at `t_ns` (ns since t0; None: the reserved peak of the report),
-        each block with its allocating line; None without a snapshot that has history on the trace clock."""
+        """The allocator's segments and live blocks at `t_ns` (ns since t0), each block with its allocating line;
+        None without a snapshot that has history on the trace clock. `t_ns` None: the report's reserved peak when it
+        lies on the timeline, else the highest memory_reserved on it (`why`: "peak"), else the timeline's start
+        ("start"): a time the user can find on the timeline, never one before it."""
         records = self.ctx.allocator_records
         if records is None or not records.snapshot.has_history or records.base_ns is None:
             return None
         peak = ((self.report_allocator.get("snapshot") or {}).get("peak") or {})
         if device is None:
             device = peak.get("device", next(iter(records.series), 0))
+        why = None
         if t_ns is None:
-            at_us = peak.get("ts_us")
-            t_ns = (at_us - self.t0_us) * 1e3 if at_us is not None else self.extent[1]
+            t_ns, why = self._peak_on_timeline(records, device, peak)
         row = records.entry_at(device, self.t0_ns + t_ns)
         segments = records.segments_at(device, row)
         for seg in segments:
             for b in seg["blocks"]:
                 b["line"] = records.site(b["stack"]).label if b["stack"] >= 0 else "(allocated before the history)"
-        return {"device": device, "t_ns": float(t_ns), "segments": segments, "entry": row}
+        return {"device": device, "t_ns": float(t_ns), "segments": segments, "entry": row, "why": why}
+
+    def _peak_on_timeline(self, records, device: int, peak: dict) -> tuple[float, str]:
+        """(ns since t0, why) of the highest memory_reserved on the timeline [extent]: the report's peak when it lies
+        there, else the first entry inside that reaches the highest value, else the timeline's start (the value it
+        starts with is the highest: reached before it)."""
+        lo, hi = self.extent
+        at_us = peak.get("ts_us") if peak.get("device", device) == device else None
+        if at_us is not None and lo <= (at_us - self.t0_us) * 1e3 <= hi:
+            return (at_us - self.t0_us) * 1e3, "peak"
+        at_start = sum(seg["total"] for seg in records.segments_at(device, records.entry_at(device, self.t0_ns + lo)))
+        series = records.series.get(device)
+        if series is not None and len(series["rows"]):
+            ns = records.entry_ns[series["rows"]]
+            inside = np.flatnonzero((ns >= 0) & (ns - self.t0_ns >= lo) & (ns - self.t0_ns <= hi))
+            if len(inside):
+                best = inside[int(np.argmax(series["reserved"][inside]))]  # argmax: the first of equal highs
+                if series["reserved"][best] > at_start:
+                    return float(ns[best] - self.t0_ns), "peak"
+        return float(lo), "start"
 
     # ------------------------------------------------------------ views
 

@@ -5,7 +5,8 @@ from urllib.parse import quote
 
 from dash import dcc, html
 
-from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
+from analyzer.report.palette import BUSY_COLOR, CAUSE_COLORS, SEVERITY_COLORS
+from analyzer.units import fmt_pct, fmt_us
 
 
 def run_href(run_id: str) -> str:
@@ -26,6 +27,28 @@ def severity_badge(severity: str | None) -> html.Span:
 
 def cause_badge(cause: str, text: str | None = None) -> html.Span:
     return badge(text or cause, CAUSE_COLORS.get(cause, "#999999"))
+
+
+def window_parts(busy_us: float | None, idle_by_cause: dict[str, float]) -> list[tuple[str, float, str]]:
+    """(name, µs, colour) of the profiled window's parts: GPU busy, then idle by cause (the report's order)."""
+    parts = [("busy", busy_us or 0.0, BUSY_COLOR)]
+    parts += [(f"idle: {c}", us, CAUSE_COLORS.get(c, "#999999")) for c, us in idle_by_cause.items()]
+    return [(name, float(us), color) for name, us, color in parts if us and us > 0]
+
+
+def window_bar(busy_us: float | None, idle_by_cause: dict[str, float], window_us: float | None,
+               className: str = "window-bar") -> html.Div | str:
+    """The profiled window as one bar: GPU busy, then idle by cause, each part as wide as its share of the window
+    (hover: each part's time and share)."""
+    parts = window_parts(busy_us, idle_by_cause)
+    total = window_us or sum(us for _, us, _ in parts)
+    if not total or not parts:
+        return "–"
+    title = "\n".join(f"{name}: {fmt_us(us)} ({fmt_pct(us / total)})" for name, us, _ in parts)
+    return html.Div([html.Span(className="seg", title=f"{name}: {fmt_us(us)} ({fmt_pct(us / total)})",
+                               style={"width": f"{100 * us / total:.3f}%", "background": color},
+                               **{"data-part": name, "data-us": f"{us:.3f}"})
+                     for name, us, color in parts], className=className, title=title)
 
 
 def error_card(message: str, title: str = "Cannot show this", back: bool = False, **kwargs) -> html.Div:

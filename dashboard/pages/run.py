@@ -16,7 +16,8 @@ from analyzer.units import fmt_pct, fmt_us, plural
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
                                timeline_figure)
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, cause_badge, download_href, error_card,
-                                    markdown_block, run_href, severity_badge, window_from_relayout)
+                                    markdown_block, run_href, severity_badge, window_bar, window_from_relayout,
+                                    window_parts)
 from dashboard.runs import RunStore, format_created
 
 FINDING = "finding"
@@ -29,7 +30,8 @@ STEPS_PENDING = {"data": [], "layout": {"height": 360, "xaxis": {"visible": Fals
                                         "annotations": [{"text": "per-step chart: drawn after the timeline",
                                                          "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
                                                          "yref": "paper"}]}}
-STEPS_AFTER_TIMELINE_S = 15  # drawn anyway after this long, should the timeline never finish
+STEPS_AFTER_TIMELINE_S = 15
+TIMELINE_TOP_SHARE = 0.5  # a zoom scrolls the page when the timeline starts lower than this share of the window  # drawn anyway after this long, should the timeline never finish
 TIMELINE_HINT = ("Drag across any panel, or turn the wheel over it, to zoom all of them (the server recomputes "
                  "what the new window shows); keys: + and - zoom, ← and → pan, 0 shows it all; "
                  "double-click to see the whole trace; hover for kernel, op, call site and duration.")
@@ -53,37 +55,60 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
     lo, hi = state["window_ns"] or data.full_range()
     figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"])
     kinds = sorted({f["kind"] for f in findings})
-    hint = html.P("Click a finding to zoom the timeline to its largest occurrence and see its call site, Python "
-                  "frames and advice.", className="hint")
+    # One screen: the header, the findings (one line each) and the timeline on the left, the selected finding's
+    # detail in a column on the right that stays in view while the page scrolls.
     return html.Div([
         dcc.Store(id="run-id", data=run.run_id),
         dcc.Store(id="zoom", data=None),
         dcc.Store(id="selection", data=state["selection"]),
         dcc.Store(id="url-sync"),
+        dcc.Store(id="scrolled"),
         dcc.Store(id="timeline-relayout", data=None),
         dcc.Store(id="shown-window", data=[lo, hi]),
         _header(report, run.run_id),
         *([error_card(state["problem"], title="this link")] if state["problem"] else []),
         html.Div([
             html.Div([
-                html.Div([html.H2("Findings"),
+                html.Div([html.H2(f"Findings ({len(findings)})"),
                           dcc.Checklist(id="kind-filter", options=kinds, value=kinds, inline=True,
                                         className="kind-filter")], className="section-head"),
                 html.Div(_findings_table(findings, run.run_id), className="findings-scroll"),
-            ], className="findings-col"),
-            html.Div(state["detail"] or hint, id="finding-detail", className="detail-col"),
-        ], className="findings-row"),
-        html.H2("Timeline"),
-        html.P(TIMELINE_HINT, className="hint"),
-        dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to memory_reserved in the window (else from 0)",
-                                                 "value": "fit"}], value=[], className="memory-fit"),
-        dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG, style={"width": "100%"}),
-                    delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
-        _segments_block(data),
-        dcc.Store(id="steps-figure", data=steps_figure(report)),
-        dcc.Graph(id="steps-graph", figure=STEPS_PENDING, config=GRAPH_CONFIG),
-        markdown_block(markdown, "report-md", "the report"),
+                html.Div([html.H2("Timeline"),
+                          html.Span("how to zoom", title=TIMELINE_HINT, className="hint timeline-hint"),
+                          dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to memory_reserved "
+                                                                            "in the window", "value": "fit"}],
+                                        value=[], className="memory-fit")], className="section-head"),
+                html.Div(dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG,
+                                               style={"width": "100%"}),
+                                     delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
+                         id="timeline-box"),
+                _segments_block(data),
+                dcc.Store(id="steps-figure", data=steps_figure(report)),
+                dcc.Graph(id="steps-graph", figure=STEPS_PENDING, config=GRAPH_CONFIG),
+                markdown_block(markdown, "report-md", "the report"),
+            ], className="run-main"),
+            html.Aside(state["detail"] or _overview(report), id="finding-detail", className="detail-col"),
+        ], className="run-grid"),
     ], className="page-run")
+
+
+def _window(report: dict) -> tuple[float | None, dict[str, float], float | None]:
+    s = report.get("summary") or {}
+    by_cause = {c: float(v) for c, v in ((report.get("gaps") or {}).get("by_cause") or {}).items() if v}
+    return s.get("gpu_busy_us"), by_cause, s.get("window_us")
+
+
+def _overview(report: dict) -> list:
+    """The detail column before a finding is picked: where the window went, and what a click does."""
+    busy, by_cause, window = _window(report)
+    rows = [html.Tr([html.Td(html.Span(className="swatch", style={"background": color})), html.Td(name),
+                     html.Td(fmt_us(us), className="num"), html.Td(fmt_pct(us / window) if window else "–",
+                                                                   className="num")])
+            for name, us, color in window_parts(busy, by_cause)]
+    return [html.H3("Where the profiled window went"),
+            html.Table(html.Tbody(rows), className="overview"),
+            html.P("Click a finding to zoom the timeline to its largest occurrence (all of them shaded) and read its "
+                   "call site, Python frames and advice here.", className="hint")]
 
 
 def _header(report: dict, run_id: str) -> html.Header:
@@ -98,30 +123,31 @@ def _header(report: dict, run_id: str) -> html.Header:
     st = s.get("step_time_us")
     if st and st.get("profiler_dilation") is not None:
         step = [html.B(fmt_us(st.get("unprofiled_p50"))), " unprofiled vs ", html.B(fmt_us(st.get("profiled_p50"))),
-                f" profiled (p50): profiler dilation {st.get('profiler_dilation')}×"]
+                f" profiled (p50, profiler dilation {st.get('profiler_dilation')}×)"]
     elif st:
-        step = [html.B(fmt_us(st.get("unprofiled_p50"))), f" unprofiled; no profiled match: {st.get('omitted')}"]
+        step = [html.B(fmt_us(st.get("unprofiled_p50"))), f" unprofiled (no profiled match: {st.get('omitted')})"]
     else:
-        step = ["unprofiled step time unknown (no meta.json timings); profiled steps in the per-step chart"]
-    by_cause = (report.get("gaps") or {}).get("by_cause") or {}
+        step = ["unknown (no meta.json timings)"]
+    busy, by_cause, window = _window(report)
+    downloads = html.Div([html.A(name, href=download_href(run_id, key), className="button", download="")
+                          for name, key in (("report.md", "report.md"), ("report.html", "report.html"),
+                                            ("raw trace", "trace"))], className="downloads")
     return html.Header([
-        html.H1(title),
+        html.Div([html.H1(title), downloads], className="title-row"),
         html.P([html.Code(run_id), *([" · ", " · ".join(facts)] if facts else [])], className="run-facts"),
         html.P(["GPU utilization ", html.B(fmt_pct(s.get("gpu_utilization"))),
                 f" · busy {fmt_us(s.get('gpu_busy_us'))} · idle {fmt_us(s.get('gpu_idle_us'))} of a "
-                f"{fmt_us(s.get('window_us'))} window · {plural(s.get('steps', 0), 'step')}"], className="summary"),
-        html.P(["Step time: ", *step], className="summary"),
-        html.P([cause_badge(c, f"idle: {c} {fmt_us(v)}") for c, v in by_cause.items() if v], className="chips"),
+                f"{fmt_us(s.get('window_us'))} window · {plural(s.get('steps', 0), 'step')} · step time ", *step],
+               className="summary"),
+        html.Div([window_bar(busy, by_cause, window, className="window-bar wide"),
+                  html.Span([cause_badge(c, f"{c} {fmt_us(v)}") for c, v in by_cause.items()], className="chips")],
+                 className="window-row"),
         html.P(f"Of the busy time, {fmt_us(comm['comm_us'])} ({fmt_pct(comm['share_of_busy'])}) was communication "
                f"({plural(comm['kernels'], 'NCCL/RCCL kernel')}): a rank waiting inside a collective counts as busy",
                className="summary communication") if (comm := s.get("communication")) else None,
         html.P(s["note"], className="note") if s.get("note") else None,
         *[html.P(f"meta.json: {w}", className="note meta-warning")
           for w in (report.get("source") or {}).get("meta_warnings") or []],
-        html.Div([html.A("report.md", href=download_href(run_id, "report.md"), className="button", download=""),
-                  html.A("report.html", href=download_href(run_id, "report.html"), className="button", download=""),
-                  html.A("raw trace", href=download_href(run_id, "trace"), className="button", download="")],
-                 className="downloads"),
     ])
 
 
@@ -190,32 +216,39 @@ def finding_href(run_id: str, finding_id: str, occ: int | None = None) -> str:
     return f"{run_href(run_id)}?" + urlencode({"finding": finding_id, **({"occ": occ} if occ else {})})
 
 
+FINDING_COLUMNS = (("#", "col-num"), ("severity", "col-sev"), ("finding", "col-title"),
+                   ("your code → library", "col-site"), ("count", "col-count"), ("GPU idle", "col-idle"),
+                   ("", "col-link"))
+
+
 def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
+    """One line per finding (the whole text on hover and in the detail column), so that a run's findings and its
+    timeline fit on one screen."""
     if not findings:
         return html.P("No findings: nothing in this trace explains a significant share of GPU idle time.",
                       className="empty")
-    head = html.Thead(html.Tr([html.Th(h) for h in ("#", "severity", "kind", "finding", "your code → library",
-                                                    "count", "GPU idle", "")]))
+    head = html.Thead(html.Tr([html.Th(h, className=c) for h, c in FINDING_COLUMNS]))
     numbers = [n for n, _ in numbered(findings)]
-    rows = [html.Tr([html.Td(numbers[i]), html.Td(severity_badge(f["severity"])), html.Td(f["kind"], className="kind"),
-                     html.Td(("↳ " if f.get("parent") else "") + f["title"]), _where_cell(f),
-                     html.Td(str(f.get("count", "–")), className="num"),
-                     html.Td(fmt_us(f.get("impact_us")), className="num"),
-                     html.Td(html.A("link", href=finding_href(run_id, f["id"]), className="permalink",
-                                    title="a link to this finding, to paste into an issue"))],
-                    id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0,
-                    className="finding-row child" if f.get("parent") else "finding-row",
-                    title="click: zoom the timeline to this finding")
-            for i, f in enumerate(findings)]
-    return html.Table([head, html.Tbody(rows)], className="findings")
+    rows = []
+    for i, f in enumerate(findings):
+        title = ("↳ " if f.get("parent") else "") + f["title"]
+        rows.append(html.Tr([
+            html.Td(numbers[i]), html.Td(severity_badge(f["severity"])),
+            html.Td(title, title=f"{f['kind']}: {f['title']}", className="title"), _where_cell(f),
+            html.Td(str(f.get("count", "–")), className="num"), html.Td(fmt_us(f.get("impact_us")), className="num"),
+            html.Td(html.A("link", href=finding_href(run_id, f["id"]), className="permalink",
+                           title="a link to this finding, to paste into an issue"))],
+            id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0,
+            className="finding-row child" if f.get("parent") else "finding-row",
+            **{"data-kind": f["kind"], "data-finding": f.get("id") or ""}))
+    return html.Table([html.Colgroup([html.Col(className=c) for _, c in FINDING_COLUMNS]), head, html.Tbody(rows)],
+                      className="findings")
 
 
 def _where_cell(f: dict) -> html.Td:
     call, lib = f.get("call_site"), f.get("library_site")
-    parts = [html.Code(call)] if call else []
-    if lib:
-        parts += [" → ", html.Code(lib)]
-    return html.Td(parts or "–", className="call-site")
+    text = " → ".join(x for x in (call, lib) if x)
+    return html.Td(html.Code(text) if text else "–", className="call-site", title=text or None)
 
 
 def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData | None = None) -> list:
@@ -363,6 +396,20 @@ def register(app: dash.Dash, store: RunStore) -> None:
         steps = report["gaps"]["per_step"]
         span = (steps[first]["ts_us"], steps[last]["ts_us"] + steps[last]["wall_us"])
         return _zoom(_window_ns(data, [span], 0.02, context=False), [], data)
+
+    # A zoom asked for from a finding, an occurrence or a step brings the timeline into view when its top is off
+    # screen or low on it (the detail column stays where it is: it is sticky).
+    app.clientside_callback(
+        """function(zoom) {
+            const box = document.getElementById('timeline-box');
+            if (zoom && box) {
+                const top = box.getBoundingClientRect().top;
+                if (top < 0 || top > window.innerHeight * %s) {
+                    window.scrollTo({top: window.scrollY + top - 6, behavior: 'instant'});
+                }
+            }
+            return window.dash_clientside.no_update;
+        }""" % TIMELINE_TOP_SHARE, Output("scrolled", "data"), Input("zoom", "data"), prevent_initial_call=True)
 
     app.clientside_callback(X_AXIS_RELAYOUT_JS, Output("timeline-relayout", "data"), Input("timeline", "relayoutData"),
                             prevent_initial_call=True)

@@ -1,5 +1,6 @@
-"""`/`: the runs under DIR: workload, model, device, date, GPU utilization and top finding; filtered by text,
-sorted by any of those, and any two ticked runs compared."""
+"""`/`: the runs under DIR: workload, model and device, date, GPU utilization, the window split into busy and idle
+by cause (a small stacked bar), and the largest finding other than launch overhead (what tells eager runs apart:
+nearly all of them are launch-bound); filtered by text, sorted, and any two ticked runs compared."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -7,11 +8,15 @@ from urllib.parse import urlencode
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html
 
-from analyzer.units import fmt_pct
-from dashboard.pages.common import error_card, run_href, severity_badge
+from analyzer.units import fmt_pct, fmt_us
+from dashboard.pages.common import error_card, run_href, severity_badge, window_bar
 from dashboard.runs import RunRow, RunStore
 
-HEADERS = ("", "run", "workload", "model", "device", "captured", "GPU utilization", "top finding")
+HEADERS = ("", "run", "workload", "model · device", "captured", "GPU utilization", "where the window went",
+           "largest finding besides launch overhead")
+HEADER_TITLES = {"where the window went": "the profiled window: GPU busy, then GPU idle by cause (hover for each)",
+                 "largest finding besides launch overhead": "nearly every eager run is launch-bound: the largest "
+                                                            "top-level finding of another kind tells runs apart"}
 PICK = "pick-run"
 POLL_MS = 1500  # while runs are analyzed in the background
 SORTS = {"newest": "newest first", "oldest": "oldest first", "util-low": "lowest GPU utilization first",
@@ -22,24 +27,35 @@ def _row(r: RunRow) -> html.Tr:
     pick = html.Td(dcc.Checklist(id={"type": PICK, "run": r.run.run_id}, options=[{"label": "", "value": "on"}],
                                  value=[], className="pick"), title="tick two runs to compare them")
     run_cell = html.Td(dcc.Link(r.run.run_id, href=run_href(r.run.run_id)), className="run-id")
-    facts = [html.Td(r.workload), html.Td(r.model or "–"), html.Td(r.device or "–"), html.Td(r.created or "–")]
+    facts = [html.Td(r.workload), html.Td(" · ".join(x for x in (r.model, r.device) if x) or "–", className="muted"),
+             html.Td(r.created or "–", className="created")]
+    marks = {"data-run": r.run.run_id, "data-status": r.status}
     if r.status == "error":
-        return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=2)],
-                       className="run-row error", **{"data-run": r.run.run_id, "data-status": r.status})
+        return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=3)],
+                       className="run-row error", **marks)
     if r.status in ("not analyzed", "queued", "analyzing"):
         text = {"analyzing": "analyzing…", "queued": "queued"}.get(r.status, r.status)
-        util = html.Td(html.Span(text, className=f"muted {r.status.replace(' ', '-')}",
-                                 title="analyzed in the background (or when you open it)"))
-        top = html.Td("–")
+        cells = [html.Td(html.Span(text, className=f"muted {r.status.replace(' ', '-')}",
+                                   title="analyzed in the background (or when you open it)")), html.Td("–"),
+                 html.Td("–")]
     else:
-        util = html.Td(fmt_pct(r.utilization), className="num")
-        top = html.Td([severity_badge(r.top_severity), " ", r.top_finding] if r.top_finding else "no findings")
-    return html.Tr([pick, run_cell, *facts, util, top], className="run-row",
-                   **{"data-run": r.run.run_id, "data-status": r.status})
+        cells = [html.Td(fmt_pct(r.utilization), className="num util"),
+                 html.Td(window_bar(r.busy_us, r.idle_by_cause, r.window_us), className="bar-cell"),
+                 html.Td(_other_finding(r), className="other-finding")]
+    return html.Tr([pick, run_cell, *facts, *cells], className="run-row", **marks)
+
+
+def _other_finding(r: RunRow) -> list | str:
+    f = r.other_finding
+    if not f:
+        return html.Span("none: launch overhead only" if r.top_finding else "no findings", className="muted")
+    return [severity_badge(f.get("severity")), " ", html.Span(fmt_us(f.get("impact_us")), className="impact"), " ",
+            html.Span(f.get("title") or "", className="finding-title", title=f.get("title") or "")]
 
 
 def _text(r: RunRow) -> str:
-    return " ".join(str(x) for x in (r.run.run_id, r.workload, r.model, r.device, r.created, r.top_finding,
+    other = (r.other_finding or {}).get("title")
+    return " ".join(str(x) for x in (r.run.run_id, r.workload, r.model, r.device, r.created, r.top_finding, other,
                                      r.error) if x).lower()
 
 
@@ -59,11 +75,14 @@ def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[
     return rows
 
 
-def _table(rows: list[RunRow]) -> html.Table | html.P:
+def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None) -> html.Table | html.P:
+    """The table says which sort and filter it was built for (data-sort, data-query): a page or test that changed
+    them can wait for the table that answers them."""
+    marks = {"data-sort": sort or "newest", "data-query": query or ""}
     if not rows:
-        return html.P("No run matches.", className="empty")
-    return html.Table([html.Thead(html.Tr([html.Th(h) for h in HEADERS])), html.Tbody([_row(r) for r in rows])],
-                      className="runs")
+        return html.P("No run matches.", className="empty", **marks)
+    head = html.Thead(html.Tr([html.Th(h, title=HEADER_TITLES.get(h)) for h in HEADERS]))
+    return html.Table([head, html.Tbody([_row(r) for r in rows])], className="runs", **marks)
 
 
 def layout(store: RunStore) -> html.Div:
@@ -108,7 +127,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         now = {r.run.run_id: r.status for r in rows}
         if ctx.triggered_id == "runs-poll" and now == statuses:
             return dash.no_update, not store.pending(), dash.no_update
-        return _table(rows), not store.pending(), now
+        return _table(rows, sort, query), not store.pending(), now
 
     @app.callback(Output("runs-compare", "children"), Input({"type": PICK, "run": ALL}, "value"),
                   State({"type": PICK, "run": ALL}, "id"), prevent_initial_call=True)

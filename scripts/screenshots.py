@@ -1,0 +1,82 @@
+"""Screenshots of every dashboard page, as a person first sees them, at a laptop's and a desktop's window size.
+
+    .venv/bin/python scripts/screenshots.py OUT_DIR [--traces traces/examples] [--run item_sync] [--sizes 1500x1000 1280x800]
+
+Serves the dashboard over --traces on 127.0.0.1, opens the run list, one run page (as opened, then with its first
+non-launch finding clicked), its segment view and the diff page of two runs in headless Debian chromium, and writes
+one PNG per page and size: what is above the fold (the window) and the whole page. For looking, not for testing.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+
+from dashboard.app import create_app  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+DRAWN = "() => { const gd = document.querySelector('#timeline .js-plotly-plot'); return gd && gd._fullLayout; }"
+
+
+def shoot(page, out: Path, name: str) -> None:
+    page.screenshot(path=str(out / f"{name}.png"))
+    page.screenshot(path=str(out / f"{name}-full.png"), full_page=True)
+    print(out / f"{name}.png")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--traces", type=Path, default=REPO / "traces" / "examples")
+    ap.add_argument("--run", default="item_sync")
+    ap.add_argument("--compare", nargs=2, default=["item_sync", "decode"])
+    ap.add_argument("--sizes", nargs="+", default=["1500x1000", "1280x800"])
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = make_server("127.0.0.1", 0, create_app(args.traces).server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.port}"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for size in args.sizes:
+            w, h = map(int, size.split("x"))
+            page = browser.new_page(viewport={"width": w, "height": h})
+            page.goto(base + "/")
+            page.wait_for_selector("table.runs")
+            page.wait_for_function("() => !document.querySelector('tr.run-row[data-status=queued],"
+                                   " tr.run-row[data-status=analyzing]')", timeout=600_000)
+            shoot(page, args.out, f"runs-{size}")
+            page.goto(f"{base}/run/{args.run}")
+            page.wait_for_function(DRAWN, timeout=120_000)
+            page.wait_for_load_state("networkidle")
+            shoot(page, args.out, f"run-{size}")
+            others = page.locator("tr.finding-row:not([data-kind=launch_gap])")
+            (others if others.count() else page.locator("tr.finding-row")).first.click()
+            page.wait_for_timeout(2500)  # the zoom's round trip: a look, not a test
+            shoot(page, args.out, f"run-selected-{size}")
+            seg = page.locator("#segments-graph")
+            if seg.count():
+                seg.scroll_into_view_if_needed()
+                shoot(page, args.out, f"run-segments-{size}")
+            before, after = args.compare
+            page.goto(f"{base}/diff?before={before}&after={after}")
+            page.wait_for_selector("p.verdict", timeout=120_000)
+            page.wait_for_load_state("networkidle")
+            shoot(page, args.out, f"diff-{size}")
+            page.close()
+        browser.close()
+    server.shutdown()
+
+
+if __name__ == "__main__":
+    main()
