@@ -188,6 +188,15 @@ def _trace_info(model: TraceModel) -> dict:
 MAX_INTERVALS = 5000
 
 
+def longest(start: np.ndarray, end: np.ndarray, limit: int) -> np.ndarray:
+    """Positions of the `limit` longest intervals, ascending (all of them when there are no more). A total order:
+    longest first, equal lengths by the earlier start, then the earlier end, then position, so the kept set is the
+    same on every machine and for any input order (numpy's default argsort breaks ties differently by CPU)."""
+    if len(start) <= limit:
+        return np.arange(len(start))
+    return np.sort(np.lexsort((end, start, start - end))[:limit])
+
+
 def _timeline_payload(ctx: AnalysisContext) -> dict:
     """Busy and idle intervals per device for the report's timeline, bounded in size: busy intervals closer than
     the cut-off merge, and only the longest idle pieces are kept when there are too many. Each idle piece names its
@@ -207,8 +216,7 @@ def _timeline_payload(ctx: AnalysisContext) -> dict:
             keep = np.sort(np.argsort(bs[1:] - be[:-1], kind="stable")[-(MAX_INTERVALS - 1):])
             bs, be = bs[np.append(0, keep + 1)], be[np.append(keep, len(be) - 1)]
         mine = np.flatnonzero(piece_device == dev.device)
-        dur = idle.end_ns[mine] - idle.start_ns[mine]
-        chosen = mine if len(mine) <= MAX_INTERVALS else np.sort(mine[np.argsort(-dur)[:MAX_INTERVALS]])
+        chosen = mine[longest(idle.start_ns[mine], idle.end_ns[mine], MAX_INTERVALS)]
         for key in distinct(keys[chosen]).tolist():
             if key not in site_index:
                 label = describe_site(ctx, key)["label"]

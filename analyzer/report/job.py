@@ -291,7 +291,7 @@ def _slow_collectives(matched: pd.DataFrame, floor: float, limit: int = 20) -> l
     excess = one["transfer_us"] - one["baseline_us"]
     hit = one[(one["peers"] >= 3) & (excess > MADS * one["mad_us"]) & (excess > floor)].copy()
     hit["excess_us"] = excess[hit.index]
-    hit = hit.sort_values("excess_us", ascending=False).head(limit)
+    hit = hit.sort_values("excess_us", ascending=False, kind="stable").head(limit)
     return [{"seq": int(r.seq), "name": _str(r.name), "pg": _str(r.pg), "step": int(r.step), "ordinal": int(r.ordinal),
              "bytes": int(r.bytes), "transfer_us": round(float(r.transfer_us), 3),
              "baseline_us": round(float(r.baseline_us), 3), "excess_us": round(float(r.excess_us), 3)}
