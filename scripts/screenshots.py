@@ -3,8 +3,9 @@
     .venv/bin/python scripts/screenshots.py OUT_DIR [--traces traces/examples] [--run item_sync] [--sizes 1500x1000 1280x800]
 
 Serves the dashboard over --traces on 127.0.0.1, opens the run list, one run page (as opened, then with its first
-non-launch finding clicked), its segment view and the diff page of two runs in headless Debian chromium, and writes
-one PNG per page and size: what is above the fold (the window) and the whole page. For looking, not for testing.
+non-launch finding clicked), its segment view, the diff page of two runs and the first job report (a folder that
+`analyze-many --out` wrote under --traces) in headless Debian chromium, and writes one PNG per page and size: what
+is above the fold (the window) and the whole page. For looking, not for testing.
 """
 from __future__ import annotations
 
@@ -73,6 +74,14 @@ def main() -> None:
             page.wait_for_selector("p.verdict", timeout=120_000)
             page.wait_for_load_state("networkidle")
             shoot(page, args.out, f"diff-{size}")
+            page.goto(base + "/")
+            page.wait_for_selector("table.runs")
+            jobs = page.locator("a.job-link")
+            if jobs.count():
+                jobs.first.click()
+                page.wait_for_load_state("networkidle")
+                page.wait_for_timeout(1500)
+                shoot(page, args.out, f"job-{size}")
             page.close()
         browser.close()
     server.shutdown()

@@ -48,9 +48,11 @@ def _change(before, after, fmt, metric: str | None = None) -> list:
         return ["–"]
     text = f"{fmt(before) if before is not None else '–'} → {fmt(after) if after is not None else '–'}"
     if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before:
+        pct = f"{100 * (after - before) / abs(before):+.0f}%"
         good = is_improvement(metric, before, after) if metric else None
-        tone = "muted" if good is None else "delta good" if good else "delta bad"
-        return [text, html.Span(f" ({100 * (after - before) / abs(before):+.0f}%)", className=tone)]
+        # a change that reads "+0%" is coloured as none: red beside "+0%" reads as a wrong number
+        tone = "muted" if good is None or pct in ("+0%", "-0%") else "delta good" if good else "delta bad"
+        return [text, html.Span(f" ({pct})", className=tone)]
     return [text]
 
 
