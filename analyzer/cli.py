@@ -107,9 +107,24 @@ def _gate_exit(suite: str, results, args) -> int:
     return 1 if failed else 0
 
 
+def _needs_fleet(command: str, modules: tuple[str, ...]) -> None:
+    """A one-line install hint, not an ImportError's traceback, when the [fleet] extra is not installed."""
+    import importlib
+    missing = []
+    for name in modules:  # imported now, as the command would: the same answer, an install hint instead
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise UsageError(f"{command} needs the fleet extra, which is not installed (no module named "
+                         f"{', '.join(missing)}): pip install -e '.[fleet]'")
+
+
 def cmd_analyze_many(args) -> int:
     """Every trace PATHs name, analysed on a Dask cluster into a Parquet dataset: exit 0 when every trace was
     processed (a trace that cannot be analysed is a row with its error), 1 when a task failed after its retries."""
+    _needs_fleet("analyze-many", ("distributed", "pyarrow", "duckdb", "pandas", "psutil"))
     from analyzer import fleet
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: give at least 1")
@@ -136,6 +151,7 @@ def cmd_analyze_many(args) -> int:
 
 
 def cmd_query(args) -> int:
+    _needs_fleet("query", ("duckdb", "pyarrow"))
     from analyzer.fleet.query import query, render
     columns, rows = query(args.dir, args.sql)
     if columns:

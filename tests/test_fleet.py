@@ -224,6 +224,23 @@ def test_bad_usage_is_one_line_and_exit_2(args, message, tmp_path):
     assert r.stderr.strip().count("\n") == 0 and message in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("command, blocked", [
+    (["analyze-many", "tests/fixtures/h200/decode", "--out", "{tmp}/x"], "distributed"),
+    (["query", "tests/fixtures", "SELECT 1"], "duckdb"),
+])
+def test_without_the_fleet_extra_an_install_hint_not_a_traceback(command, blocked, tmp_path):
+    """As on a machine with only the base install: the fleet's module is not importable (None in sys.modules is
+    what Python's import system reads as "not there")."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    code = (f"import sys; sys.modules[{blocked!r}] = None; from analyzer.cli import main; "
+            f"sys.exit(main({args!r}))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip() == (f"error: {command[0]} needs the fleet extra, which is not installed (no module named "
+                                f"{blocked}): pip install -e '.[fleet]'")
+    assert not (tmp_path / "x").exists()
+
+
 def test_bad_sql_is_one_line_and_exit_2(dataset):
     for sql in ("SELEC job FROM traces", "SELECT nope FROM traces", "SELECT * FROM no_such_table"):
         r = run_cli("query", str(dataset.out), sql)
