@@ -188,3 +188,31 @@ def test_diff_verdict_weighs_step_time_against_the_runs_own_session_noise(tiny_r
     assert step["ratio"] > 1 + step["session_spread"] and step["interval"][0] > 1
     assert d["verdict"]["outcome"] == "worse" and "beyond the noise" in d["verdict"]["headline"]
     assert api.render_diff_markdown(d).split("\n")[3].startswith("**Worse: the median unprofiled step went ")
+
+
+def test_compare_fix_times_the_fixed_twin_in_interleaved_sessions(tmp_path, cli):
+    """item_sync against decode (its fix) on one model in one process: rounds of one session each, alternating which
+    goes first; meta.json's fix_comparison holds both sides' session medians and their paired differences."""
+    out = tmp_path / "traces"
+    result = cli("capture", "workloads/item_sync.yaml", "--out", str(out), "--set", "model.preset=tiny",
+                 "--set", "decode_steps=3", "--set", "profiler.active=1", "--set", "prompt_length=8",
+                 "--set", "timing.sessions=2", "--set", "timing.compare_fix=decode")
+    assert result.returncode == 0, result.stderr
+    fix = json.loads((only_run(out) / "meta.json").read_text())["fix_comparison"]
+    assert fix["fixed_script"] == "decode"
+    assert len(fix["session_p50_ms"]) == len(fix["fixed_session_p50_ms"]) == len(fix["paired_saving_ms"]) == 2
+    assert fix["paired_saving_ms"] == pytest.approx([a - b for a, b in zip(fix["session_p50_ms"],
+                                                                           fix["fixed_session_p50_ms"])])
+    assert fix["saving_ms"] == pytest.approx(fix["step_ms"] - fix["fixed_step_ms"])
+    assert min(fix["paired_saving_ms"]) == fix["paired_saving_range_ms"][0]
+    for k in (1, 2):
+        assert f"fix comparison, round {k} of 2: decode" in result.stderr
+        assert f"fix comparison, round {k} of 2: as captured" in result.stderr
+
+
+def test_compare_fix_names_an_unknown_script_on_one_line(tmp_path, cli):
+    result = cli("capture", "workloads/item_sync.yaml", "--out", str(tmp_path), "--set", "timing.compare_fix=nope")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert "key 'timing.compare_fix': unknown script 'nope'" in result.stderr
+    assert not any(tmp_path.iterdir())

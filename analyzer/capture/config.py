@@ -74,6 +74,10 @@ SCHEMA: tuple[Field, ...] = (
     Field("timing.sessions", int, 3, "timed sessions of decode_steps steps each (fresh sequences); their medians "
           "apart are the run-to-run noise a diff's verdict weighs a step-time change against", minimum=1),
     Field("timing.compare_modes", bool, False, "also time the other decode mode and record the eager/graph ratio"),
+    Field("timing.compare_fix", str, None, "a workload script that is this one with its problem fixed (e.g. decode "
+          "for item_sync): both are timed on the same model in one process, their sessions interleaved, for the "
+          "fix's measured saving and its noise band (meta.json fix_comparison); separate captures drift apart by "
+          "more than many fixes save", nullable=True),
     Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
     Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
     Field("profiler.active", int, 8, "decode steps recorded (after the recorded prefill)", minimum=1),
@@ -143,6 +147,7 @@ class TimingConfig:
     warmup_steps: int
     sessions: int
     compare_modes: bool
+    compare_fix: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +415,10 @@ def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
     elif script not in script_names():
         raise UsageError(f"{source}: key 'script': unknown script {script!r}; allowed: "
                          f"{', '.join(script_names())} or a path to a .py file")
+    twin = values["timing.compare_fix"]
+    if twin is not None and twin not in script_names():
+        raise UsageError(f"{source}: key 'timing.compare_fix': unknown script {twin!r}; allowed: "
+                         f"{', '.join(script_names())}")
     if values["model.checkpoint"] is None:
         presets = _preset_names()
         if values["model.preset"] not in presets:

@@ -84,6 +84,10 @@ class WorkloadKind(Protocol):
     def compare_modes(self, session: CaptureSession) -> dict:
         """timing.compare_modes is set: the other decode mode's timing and the eager/graph ratio (or a note)."""
 
+    def compare_fix(self, session: CaptureSession, twin: type) -> dict:
+        """timing.compare_fix names a script: this workload and that one (`twin`, its Workload class) timed in
+        interleaved sessions: meta.json's `fix_comparison` (or a note)."""
+
     def profile_plan(self) -> ProfilePlan: ...
 
     def run_profiled(self, session: CaptureSession, prof, window_opens: Callable[[], None]) -> None:
@@ -112,8 +116,15 @@ def time_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 def compare_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
-    """`timing.compare_modes`: the other decode mode, timed the same way (meta.json's `mode_comparison`)."""
-    return kind.compare_modes(session) if session.config.timing.compare_modes else {}
+    """`timing.compare_modes`: the other decode mode, timed the same way (meta.json's `mode_comparison`);
+    `timing.compare_fix`: the fixed twin script, timed in sessions interleaved with this one (`fix_comparison`)."""
+    timing = session.config.timing
+    out = kind.compare_modes(session) if timing.compare_modes else {}
+    if timing.compare_fix:
+        from analyzer.capture.prepare import load_script_named
+        out.update(kind.compare_fix(session, load_script_named(session.config, timing.compare_fix,
+                                                               "timing.compare_fix")))
+    return out
 
 
 @contextlib.contextmanager

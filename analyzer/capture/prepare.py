@@ -50,7 +50,15 @@ def resolve_dtype(config: CaptureConfig, device: torch.device) -> torch.dtype:
 
 def load_script(config: CaptureConfig) -> type:
     """The script's `Workload` class (workloads/<script>.py, or a .py file next to the YAML)."""
-    path = config.script_path()
+    return _load_workload_class(config, config.script_path(), "script")
+
+
+def load_script_named(config: CaptureConfig, name: str, key: str) -> type:
+    """The `Workload` class of workloads/<name>.py, which the workload's `key` names (errors name that key)."""
+    return _load_workload_class(config, REPO_ROOT / "workloads" / f"{name}.py", key)
+
+
+def _load_workload_class(config: CaptureConfig, path, key: str) -> type:
     module_name = f"workloads.{path.stem}" if path.parent == REPO_ROOT / "workloads" else f"_workload_{path.stem}"
     try:
         if module_name.startswith("workloads."):
@@ -60,13 +68,13 @@ def load_script(config: CaptureConfig) -> type:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
     except UsageError as exc:  # the script's own one-line message, e.g. an optional dependency it lacks
-        raise UsageError(f"{config.path}: key 'script': {exc}") from None
+        raise UsageError(f"{config.path}: key '{key}': {exc}") from None
     except Exception as exc:  # a broken script is the user's input: report it on one line
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise UsageError(f"{config.path}: key 'script': {path} failed to import at "
+        raise UsageError(f"{config.path}: key '{key}': {path} failed to import at "
                          f"{frame.filename}:{frame.lineno}: {exc.__class__.__name__}: {exc}") from None
     if not hasattr(module, "Workload"):
-        raise UsageError(f"{config.path}: key 'script': {path} defines no `Workload` class")
+        raise UsageError(f"{config.path}: key '{key}': {path} defines no `Workload` class")
     return module.Workload
 
 

@@ -76,6 +76,10 @@ class ServeKind:
     def compare_modes(self, session: CaptureSession) -> dict:
         return {}  # a serving engine decodes in one mode
 
+    def compare_fix(self, session: CaptureSession, twin: type) -> dict:
+        session.note("timing.compare_fix times step workloads; a serve session has no fixed twin to interleave")
+        return {}
+
     # --- profile ------------------------------------------------------------------------------------------------
 
     def profile_plan(self) -> ProfilePlan:

@@ -35,14 +35,16 @@ class StepsKind:
         self.wl = self.make(config.mode)
         self.timing: dict | None = None
 
-    def make(self, mode: str):
-        """An instance of the script in `mode`, its KV cache sized for the longest sequence any phase runs."""
+    def make(self, mode: str, script: type | None = None):
+        """An instance of the script (or of `script`) in `mode`, its KV cache sized for the longest sequence any
+        phase runs."""
         c = self.config
         capacity = c.prompt_length + 1 + max(c.decode_steps, c.timing.warmup_steps,
                                              c.profiler.wait + c.profiler.warmup, c.profiler.active)
-        sections = getattr(self.script, "option_sections", ())
+        script = script or self.script
+        sections = getattr(script, "option_sections", ())
         options = {"options": c.options(sections)} if sections else {}
-        return self.script(self.model, batch_size=c.batch_size, prompt_length=c.prompt_length, capacity=capacity,
+        return script(self.model, batch_size=c.batch_size, prompt_length=c.prompt_length, capacity=capacity,
                            sampling=self.sampling, mode=mode, seed=c.seed, **options)
 
     # --- time ---------------------------------------------------------------------------------------------------
@@ -62,6 +64,36 @@ class StepsKind:
         return {"mode_comparison": {"eager_step_ms": by_mode["eager"], "cuda_graph_step_ms": by_mode["cuda_graph"],
                                     "eager_over_graph": by_mode["eager"] / by_mode["cuda_graph"],
                                     "statistic": "p50 of unprofiled steps", "other_mode_timing": other}}
+
+    def compare_fix(self, session: CaptureSession, twin: type) -> dict:
+        """This script and its fixed twin on the same model, warmed up, then `timing.sessions` rounds of one session
+        each, in alternating order (ABBA...), so that drift of the machine's speed falls on both alike."""
+        c = self.config
+        fixed = self.make(c.mode, twin)
+        if fixed.step_label != self.wl.step_label:
+            session.note(f"timing.compare_fix: {c.timing.compare_fix} steps {fixed.step_label!r}, this script "
+                         f"{self.wl.step_label!r}: not the same unit of work; skipped")
+            return {}
+        for wl in (self.wl, fixed):
+            _warm_up(session, wl)
+        ms = {True: [], False: []}  # as captured (True) or fixed, per session
+        for k in range(c.timing.sessions):
+            for as_is in ((True, False) if k % 2 == 0 else (False, True)):
+                session.progress.phase(f"fix comparison, round {k + 1} of {c.timing.sessions}: "
+                                       f"{'as captured' if as_is else c.timing.compare_fix}", c.decode_steps + 1)
+                ms[as_is].append(_timed_session(session, self.wl if as_is else fixed, c.decode_steps)[0])
+        p50 = {key: [statistics.median(one) for one in sessions] for key, sessions in ms.items()}
+        paired = [a - b for a, b in zip(p50[True], p50[False])]
+        with_ms = summarize_ms([x for one in ms[True] for x in one])["p50"]
+        fixed_ms = summarize_ms([x for one in ms[False] for x in one])["p50"]
+        return {"fix_comparison": {
+            "fixed_script": c.timing.compare_fix, "statistic": "p50 of unprofiled steps",
+            "order": "rounds of one session each, alternating which goes first",
+            "step_ms": with_ms, "fixed_step_ms": fixed_ms, "saving_ms": with_ms - fixed_ms,
+            "saving_share": (with_ms - fixed_ms) / with_ms if with_ms else None,
+            "session_p50_ms": p50[True], "fixed_session_p50_ms": p50[False],
+            "paired_saving_ms": paired, "paired_saving_range_ms": [min(paired), max(paired)],
+        }}
 
     def retime(self, session: CaptureSession) -> dict:
         return time_steps(session, self.wl, sessions=1)
@@ -139,15 +171,9 @@ def time_steps(session: CaptureSession, wl, sessions: int | None = None) -> dict
     one session's steps hide). On CUDA, events between step starts give the per-step times and a synchronize
     brackets each timed region only."""
     c, progress = session.config, session.progress
-    steps, warmup_steps = c.decode_steps, c.timing.warmup_steps
+    steps = c.decode_steps
     sessions = sessions or c.timing.sessions
-    progress.phase("warm-up", warmup_steps + 1)
-    wl.new_sequence()
-    progress.advance()
-    for _ in range(warmup_steps):
-        wl.step()
-        progress.advance()
-    session.sync()
+    _warm_up(session, wl)
     step_ms, cpu_ms, medians, prefill_ms, wall_s = [], [], [], None, 0.0
     for k in range(sessions):
         progress.phase(f"timing (no profiler), session {k + 1} of {sessions}", steps + 1)
@@ -167,6 +193,18 @@ def time_steps(session: CaptureSession, wl, sessions: int | None = None) -> dict
         "tokens_per_s": c.batch_size * steps * sessions * tokens / wall_s if tokens else None,
         "clock": "cuda events between step starts" if session.cuda else "time.perf_counter",
     }
+
+
+def _warm_up(session: CaptureSession, wl) -> None:
+    """A fresh sequence and `timing.warmup_steps` steps, untimed (first calls, compilation, the allocator's cache)."""
+    warmup_steps, progress = session.config.timing.warmup_steps, session.progress
+    progress.phase("warm-up", warmup_steps + 1)
+    wl.new_sequence()
+    progress.advance()
+    for _ in range(warmup_steps):
+        wl.step()
+        progress.advance()
+    session.sync()
 
 
 def _timed_session(session: CaptureSession, wl, steps: int) -> tuple[list[float], list[float], float | None, float]:
