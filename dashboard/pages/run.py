@@ -30,8 +30,8 @@ STEPS_PENDING = {"data": [], "layout": {"height": 360, "xaxis": {"visible": Fals
                                         "annotations": [{"text": "per-step chart: drawn after the timeline",
                                                          "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
                                                          "yref": "paper"}]}}
-STEPS_AFTER_TIMELINE_S = 15
-TIMELINE_TOP_SHARE = 0.5  # a zoom scrolls the page when the timeline starts lower than this share of the window  # drawn anyway after this long, should the timeline never finish
+STEPS_AFTER_TIMELINE_S = 15  # drawn anyway after this long, should the timeline never finish
+TIMELINE_TOP_SHARE = 0.5  # a zoom scrolls the page when the timeline starts lower than this share of the window
 TIMELINE_HINT = ("Drag across any panel, or turn the wheel over it, to zoom all of them (the server recomputes "
                  "what the new window shows); keys: + and - zoom, ← and → pan, 0 shows it all; "
                  "double-click to see the whole trace; hover for kernel, op, call site and duration.")

@@ -45,7 +45,7 @@ def _row(r: RunRow) -> html.Tr:
     return html.Tr([pick, run_cell, *facts, *cells], className="run-row", **marks)
 
 
-def _other_finding(r: RunRow) -> list | str:
+def _other_finding(r: RunRow) -> list | html.Span:
     f = r.other_finding
     if not f:
         return html.Span("none: launch overhead only" if r.top_finding else "no findings", className="muted")
