@@ -17,6 +17,7 @@ from analyzer.views.graphs import GraphUse, graph_use
 from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline
@@ -129,6 +130,11 @@ class AnalysisContext:
         rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         rows[apis.blocking_copy_rows(self.model)] = True
         return rows
+
+    @functools.cached_property
+    def replay(self) -> ReplayModel:
+        """The trace as a replay model: `replay.run(removed=..., no_wait=...)` replays it with CPU time taken out."""
+        return build_replay(self.model, self.blocking, self.steps)
 
     @functools.cached_property
     def memory_series(self) -> tuple[MemorySeries, ...]:

@@ -1,0 +1,371 @@
+"""The replay model of a trace: the GPU streams' activities and the CPU threads that launched them, with the
+constraints that put each activity where it ran, so that the trace can be replayed with CPU time taken out.
+
+GPU side, per stream: an activity starts at max(its launch + L, the previous end on its stream + q), where L and q
+come from the trace so that the unchanged replay reproduces it exactly. One that started right after its stream's
+previous activity is stream-bound (q = the observed gap; L = the trace's typical launch latency, capped at the
+observed one); one that started after a gap is launch-bound (L = the observed latency; q = the stream's typical
+back-to-back gap, capped at the observed one). One that neither explains (it waited on another stream's event) has
+the same form: it keeps its observed delay from its launch. A graph replay falls out: its first activity is
+launch-bound, the rest stream-bound. Activities launched before the window began stay where they ran.
+
+CPU side, per thread: the calls keep their durations and order, except blocking calls (synchronize, synchronous or
+pageable copies, cudaFree), which split into the wait for the GPU work launched before them (on their device, or
+their stream where the trace says which) and their own cost. Taking CPU time out shifts everything after it on the
+thread earlier, until a blocking call whose GPU work is not done absorbs the shift. Between two blocking calls each
+thread's shift is constant, so the replay runs one chunk per blocking call, each chunk's stream recurrences
+vectorized: with c = cumsum(q + d), end_i = c_i + max(the stream's end before the chunk, cummax(ready + d - c)).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from analyzer.arrays import distinct
+from analyzer.trace import GpuKind, TraceModel
+from analyzer.trace.joins import thread_keys
+from analyzer.views.steps import StepRanges
+from analyzer.views.timeline import activity_mask, merge_intervals
+
+NEVER = -(1 << 62)  # before every time of a trace, with room to add durations to it
+STREAM_BOUND, LAUNCH_BOUND, WAITS, FIXED = range(4)
+BOUNDS = ("stream", "launch", "waits", "fixed")  # names of the `bound` codes
+# A gap at most this much above the stream's typical back-to-back gap still counts as back to back (a graph's
+# kernels leave up to ~5 µs between them on an H200), and a latency this much above the typical one is a wait.
+SLACK_NS = 10_000
+SYNCING_FREES = frozenset({"cudaFree", "hipFree", "cuMemFree"})  # they synchronize the device before freeing
+
+
+@dataclasses.dataclass(frozen=True)
+class Replayed:
+    """One replay: the times it gives, or only `limits` (why the model cannot replay this trace)."""
+    limits: tuple[str, ...]
+    gpu_start_ns: np.ndarray | None = None  # per model.gpu row; rows that are not activities keep their times
+    gpu_end_ns: np.ndarray | None = None
+    runtime_start_ns: np.ndarray | None = None  # per model.runtime row
+    runtime_end_ns: np.ndarray | None = None
+    step_gpu_period_ns: np.ndarray | None = None  # per step: its GPU work's start to the next step's; -1 none
+    step_cpu_wall_ns: np.ndarray | None = None  # per step: its CPU span [lo, hi)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ReplayModel:
+    limits: tuple[str, ...]  # empty when the model can replay the trace
+    tids: np.ndarray  # thread code -> tid: every thread with runtime calls, then the steps' thread
+    runtime_rows: tuple[np.ndarray, ...]  # per thread code: its runtime rows
+    # GPU activities, ordered by stream then start
+    rows: np.ndarray  # model.gpu rows
+    stream: np.ndarray  # stream code (index into stream_device / stream_id)
+    thread: np.ndarray  # the launching thread's code; -1: launched before the window began
+    launch_ns: np.ndarray  # the launch call's start; NEVER where there is none
+    ready_ns: np.ndarray  # launch + L: the earliest start its launch allows (its own start where FIXED)
+    duration_ns: np.ndarray
+    gap_ns: np.ndarray  # q: the least time after the previous activity on the stream ends
+    bound: np.ndarray  # int8: what held its start in the trace (BOUNDS)
+    step: np.ndarray  # the step whose CPU time launched it, -1 none
+    stream_device: np.ndarray
+    stream_id: np.ndarray
+    # blocking calls in time order
+    sync_rows: np.ndarray  # model.runtime rows
+    sync_thread: np.ndarray
+    sync_start_ns: np.ndarray
+    sync_end_ns: np.ndarray
+    sync_wait_ns: np.ndarray  # the part of the call spent waiting for the GPU
+    sync_cost_ns: np.ndarray  # the rest: the call's own cost, after the GPU work was done
+    sync_skew_ns: np.ndarray  # how far the GPU work ended after the call returned (clock skew), kept in replays
+    sync_scopes: tuple[np.ndarray, ...]  # the stream codes each one waits on
+    # steps (analyzer.views.steps)
+    step_lo_ns: np.ndarray
+    step_hi_ns: np.ndarray
+    step_thread: int  # thread code of the steps' annotations, -1 none
+    # the trace's own times, for what a replay leaves in place
+    gpu_start_ns: np.ndarray
+    gpu_end_ns: np.ndarray
+    runtime_start_ns: np.ndarray
+    runtime_end_ns: np.ndarray
+
+    def __repr__(self) -> str:
+        return (f"ReplayModel(activities={len(self.rows)}, streams={len(self.stream_device)}, threads={len(self.tids)}, "
+                f"blocking={len(self.sync_rows)}, limits={self.limits})")
+
+    def run(self, removed=(), no_wait=()) -> Replayed:
+        """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
+        thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
+        stays). A blocking call that starts inside a removed interval goes with it, wait included."""
+        if self.limits:
+            return Replayed(self.limits)
+        removed = np.asarray(removed, np.int64).reshape(-1, 3)
+        cuts = self._cuts(removed)
+        drop = np.isin(self.sync_rows, np.asarray(no_wait, np.int64).reshape(-1))
+        for code, cut in enumerate(cuts):
+            if not len(cut[0]):
+                continue
+            mine = np.flatnonzero(self.sync_thread == code)
+            i = np.searchsorted(cut[0], self.sync_start_ns[mine], side="right") - 1
+            drop[mine] |= (i >= 0) & (self.sync_start_ns[mine] < cut[1][np.maximum(i, 0)])
+        if drop.any():  # a wait that is gone is CPU time taken out
+            waits = np.flatnonzero(drop & (self.sync_wait_ns > 0))
+            extra = np.stack([self.tids[self.sync_thread[waits]], self.sync_start_ns[waits],
+                              self.sync_start_ns[waits] + self.sync_wait_ns[waits]], axis=1)
+            cuts = self._cuts(np.concatenate([removed, extra]))
+        active = np.flatnonzero(~drop)
+        ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active)
+
+        gpu_start, gpu_end = self.gpu_start_ns.copy(), self.gpu_end_ns.copy()
+        gpu_end[self.rows] = ends
+        gpu_start[self.rows] = ends - self.duration_ns
+        blocking = [(self.sync_thread[active] == code) for code in range(len(self.tids))]
+
+        def cpu_times(code: int, t: np.ndarray) -> np.ndarray:
+            mine = blocking[code]
+            return _shifted(t, cuts[code], sync_start[mine], self.sync_start_ns[active][mine],
+                            self.sync_end_ns[active][mine], sync_end[mine], shift_after[mine])
+
+        rt_start, rt_end = self.runtime_start_ns.copy(), self.runtime_end_ns.copy()
+        for code, rows in enumerate(self.runtime_rows):
+            rt_start[rows] = cpu_times(code, self.runtime_start_ns[rows])
+            rt_end[rows] = cpu_times(code, self.runtime_end_ns[rows])
+        rt_start[self.sync_rows[active]] = sync_start
+        rt_end[self.sync_rows[active]] = sync_end
+
+        wall = np.zeros(0, np.int64)
+        if len(self.step_lo_ns):
+            code = self.step_thread
+            wall = cpu_times(code, self.step_hi_ns) - cpu_times(code, self.step_lo_ns)
+        return Replayed((), gpu_start, gpu_end, rt_start, rt_end, self._periods(ends - self.duration_ns, ends),
+                        wall)
+
+    def _cuts(self, removed: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per thread code: the removed intervals merged, as (starts, ends, time removed before each)."""
+        out = []
+        for tid in self.tids.tolist():
+            mine = removed[(removed[:, 0] == tid) & (removed[:, 2] > removed[:, 1])]
+            s, e = merge_intervals(mine[:, 1], mine[:, 2])
+            out.append((s, e, np.cumsum(e - s) - (e - s)))
+        return out
+
+    def _replay_gpu(self, cuts, active: np.ndarray):
+        """The activities' replayed ends (in this model's order), and each active blocking call's replayed start,
+        end and the thread's shift after it (the removed time before it counted back in)."""
+        n_threads = len(self.tids)
+        shift = np.zeros(n_threads + 1, np.int64)  # the last one: activities launched before the window
+        thread = np.where(self.thread >= 0, self.thread, n_threads)
+        ready = self.ready_ns.copy()
+        for code, cut in enumerate(cuts):
+            if len(cut[0]):
+                mine = self.thread == code
+                ready[mine] -= _removed_before(cut, self.launch_ns[mine])
+        sync_start_orig = self.sync_start_ns[active]
+        chunk = _chunks(self.launch_ns, self.stream, sync_start_orig)
+        order = np.argsort(chunk, kind="stable")  # chunk by chunk, each stream in order within a chunk
+        ch, st, d = chunk[order], self.stream[order], self.duration_ns[order]
+        step = self.gap_ns[order] + d
+        first = np.ones(len(order), bool)
+        first[1:] = (ch[1:] != ch[:-1]) | (st[1:] != st[:-1])
+        group_start = np.flatnonzero(first)
+        group_end = np.r_[group_start[1:], len(order)]
+        total = np.cumsum(step)
+        c = total - np.repeat(total[group_start] - step[group_start], group_end - group_start)
+        x = ready[order] + d - c
+        th = thread[order]
+        by_chunk = np.searchsorted(ch[group_start], np.arange(len(active) + 2), side="left")
+
+        ends = np.empty(len(order), np.int64)
+        last_end = np.full(len(self.stream_device), NEVER, np.int64)
+        reach = np.full(len(self.stream_device), NEVER, np.int64)  # the latest end so far per stream
+        new_start = np.empty(len(active), np.int64)
+        new_end = np.empty(len(active), np.int64)
+        shift_after = np.empty(len(active), np.int64)
+        for j in range(len(active) + 1):
+            for g in range(by_chunk[j], by_chunk[j + 1]):
+                a, b, s = group_start[g], group_end[g], st[group_start[g]]
+                e = c[a:b] + np.maximum(np.maximum.accumulate(x[a:b] + shift[th[a:b]]), last_end[s])
+                ends[a:b] = e
+                last_end[s], reach[s] = e[-1], max(reach[s], e.max())
+            if j == len(active):
+                break
+            k = active[j]
+            code, s0, e0 = self.sync_thread[k], self.sync_start_ns[k], self.sync_end_ns[k]
+            new_start[j] = s0 - _removed_before(cuts[code], s0) + shift[code]
+            done = reach[self.sync_scopes[k]].max(initial=NEVER)
+            new_end[j] = max(new_start[j], done - self.sync_skew_ns[k]) + self.sync_cost_ns[k]
+            shift[code] = new_end[j] - e0 + _removed_before(cuts[code], e0)
+            shift_after[j] = shift[code]
+        out = np.empty(len(order), np.int64)
+        out[order] = ends
+        return out, new_start, new_end, shift_after
+
+    def _periods(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per step: the start of its GPU work to the next step's (the last: its GPU span), as
+        analyzer.views.steptable's gpu_period_us; -1 where the step launched no GPU work."""
+        n = len(self.step_lo_ns)
+        lo = np.full(n, np.iinfo(np.int64).max)
+        hi = np.full(n, np.iinfo(np.int64).min)
+        mine = self.step >= 0
+        np.minimum.at(lo, self.step[mine], start[mine])
+        np.maximum.at(hi, self.step[mine], end[mine])
+        with_gpu = np.flatnonzero(hi >= lo)
+        after = np.searchsorted(with_gpu, np.arange(n), side="right")
+        has_next = after < len(with_gpu)
+        nxt = with_gpu[np.minimum(after, len(with_gpu) - 1)] if len(with_gpu) else np.zeros(n, np.int64)
+        period = np.where(has_next, lo[nxt] - lo, hi - lo) if len(with_gpu) else np.zeros(n, np.int64)
+        return np.where(hi >= lo, period, -1)
+
+
+def _removed_before(cut, t):
+    """How much removed time lies before each time t on the thread (part of an interval t falls inside)."""
+    starts, ends, before = cut
+    if not len(starts):
+        return np.zeros_like(t) if isinstance(t, np.ndarray) else 0
+    i = np.searchsorted(starts, t, side="right") - 1
+    j = np.maximum(i, 0)
+    return np.where(i >= 0, before[j] + np.minimum(t - starts[j], ends[j] - starts[j]), 0)
+
+
+def _shifted(t, cut, new_start, sync_start, sync_end, new_end, shift_after) -> np.ndarray:
+    """CPU times of one thread in the replay: removed time before them taken out, the shift of the last blocking
+    call that ended before them added; a time inside a blocking call is no later than the call's replayed end."""
+    out = t - _removed_before(cut, t)
+    if len(sync_start):
+        k = np.searchsorted(sync_end, t, side="right")
+        out = out + np.where(k > 0, shift_after[np.maximum(k - 1, 0)], 0)
+        nxt = np.minimum(k, len(sync_start) - 1)
+        inside = (k < len(sync_start)) & (sync_start[nxt] < t)
+        out = np.where(inside, np.minimum(out, new_end[nxt]), out)
+    return out
+
+
+def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> ReplayModel:
+    """The replay model of a trace; `blocking`: per runtime row, whether the call waits for the GPU
+    (AnalysisContext.blocking)."""
+    rt, gpu = model.runtime, model.gpu
+    rows = np.flatnonzero(activity_mask(model))
+    limits = []
+    if not len(rows):
+        limits.append("no GPU activity")
+    elif not (gpu.launch[rows] >= 0).any():
+        limits.append("no GPU activity joined to its launch (no correlation ids)")
+
+    # threads: every thread with runtime calls, then the steps' thread when it has none
+    rt_tids = distinct(rt.tid)
+    rt_thread = np.searchsorted(rt_tids, rt.tid)
+    tids, step_thread = rt_tids, -1
+    if len(steps):
+        step_tid = int(model.ops.tid[model.steps.op[np.searchsorted(model.steps.start_ns, steps.cpu_start_ns[0])]])
+        if step_tid not in rt_tids:
+            tids = np.append(rt_tids, step_tid)
+        step_thread = int(np.flatnonzero(tids == step_tid)[0])
+    runtime_rows = tuple(np.flatnonzero(rt_thread == code) for code in range(len(rt_tids))) + \
+        ((np.zeros(0, np.int64),) if len(tids) > len(rt_tids) else ())
+
+    # activities by stream, then start (the gpu table is in start order)
+    stream_key = thread_keys([gpu.device[rows]], [gpu.stream[rows]])[0]
+    order = np.argsort(stream_key, kind="stable")
+    rows, stream_key = rows[order], stream_key[order]
+    first = np.ones(len(rows), bool)
+    first[1:] = stream_key[1:] != stream_key[:-1]
+    stream = np.cumsum(first) - 1
+    n_streams = int(first.sum())
+    start, end = gpu.start_ns[rows], gpu.end_ns[rows]
+    launch = gpu.launch[rows]
+    has = launch >= 0
+    safe = np.maximum(launch, 0)
+    launch_ns = np.where(has, rt.start_ns[safe], NEVER) if len(rt) else np.full(len(rows), NEVER)
+    thread = np.where(has, rt_thread[safe], -1) if len(rt) else np.full(len(rows), -1)
+    prev_end = np.r_[NEVER, end[:-1]]
+    gap = np.where(first, 0, start - prev_end)
+    latency = start - launch_ns
+
+    if has.any():
+        pids = distinct(rt.pid[launch[has]])
+        if len(pids) > 1:
+            limits.append(f"launches from {len(pids)} processes")
+        pairs = distinct(stream[has] * (len(tids) + 1) + thread[has])
+        for s in np.flatnonzero(np.bincount(pairs // (len(tids) + 1), minlength=n_streams) > 1).tolist():
+            row = rows[np.searchsorted(stream, s)]
+            limits.append(f"several threads launch into stream {int(gpu.stream[row])} of device {int(gpu.device[row])}")
+
+    # the typical launch latency: of launches that found their stream idle; the typical back-to-back gap, per
+    # stream: of activities launched early enough to start as soon as the one before them ended
+    idle_launch = has & (first | (launch_ns >= prev_end))
+    typical_latency = int(np.median(latency[idle_launch if idle_launch.any() else has])) if has.any() else 0
+    queued = has & ~first & (latency - gap >= typical_latency)
+    fallback = int(np.median(gap[queued])) if queued.any() else 0
+    bounds = np.r_[np.flatnonzero(first), len(rows)]
+    typical_gap = np.array([np.median(gap[a:b][queued[a:b]]) if queued[a:b].any() else fallback
+                            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())], np.int64)
+    q0 = typical_gap[stream] if len(rows) else np.zeros(0, np.int64)
+    stream_bound = has & ~first & (gap <= q0 + SLACK_NS) & (gap - q0 <= latency - typical_latency)
+    bound = np.where(~has, FIXED, np.where(stream_bound, STREAM_BOUND,
+                                           np.where(latency - typical_latency > SLACK_NS, WAITS, LAUNCH_BOUND)))
+    ready = np.where(has, launch_ns + np.where(stream_bound, np.minimum(typical_latency, latency), latency), start)
+    gap_used = np.where(first, 0, np.where(stream_bound | ~has, gap, np.minimum(q0, gap)))
+
+    # blocking calls, and the GPU work each one waits on
+    frees = [c for c, n in enumerate(model.names) if n in SYNCING_FREES]
+    sync_rows = np.flatnonzero(blocking | np.isin(rt.name, frees))
+    stream_device = gpu.device[rows[first]]
+    sync_stream, sync_device = _sync_scopes(model, sync_rows, stream_key[first])
+    s, e = rt.start_ns[sync_rows], rt.end_ns[sync_rows]
+    scopes = [_scope(sync_stream[k], sync_device[k], stream_device) for k in range(len(sync_rows))]
+    done = _done_in_trace(stream, end, _chunks(launch_ns, stream, s), scopes, n_streams)
+    wait = np.clip(done - s, 0, e - s)
+    return ReplayModel(
+        limits=tuple(limits), tids=tids, runtime_rows=runtime_rows, rows=rows, stream=stream, thread=thread,
+        launch_ns=launch_ns, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used, bound=bound.astype(np.int8),
+        step=steps.index_at(launch_ns) if len(steps) else np.full(len(rows), -1), stream_device=stream_device,
+        stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=rt_thread[sync_rows],
+        sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=e - s - wait,
+        sync_skew_ns=np.maximum(done - e, 0), sync_scopes=tuple(scopes), step_lo_ns=steps.lo_ns,
+        step_hi_ns=steps.hi_ns, step_thread=step_thread, gpu_start_ns=gpu.start_ns, gpu_end_ns=gpu.end_ns,
+        runtime_start_ns=rt.start_ns, runtime_end_ns=rt.end_ns)
+
+
+def _chunks(launch_ns: np.ndarray, stream: np.ndarray, sync_start: np.ndarray) -> np.ndarray:
+    """Per activity: how many of these blocking calls started before its launch, never fewer than for the activity
+    before it on its stream (so that each stream is replayed in order)."""
+    chunk = np.searchsorted(sync_start, launch_ns, side="left")
+    offset = stream.astype(np.int64) * (len(sync_start) + 1)  # streams are contiguous and ascending
+    return np.maximum.accumulate(chunk + offset) - offset if len(chunk) else chunk
+
+
+def _scope(sync_stream: int, sync_device: int, stream_device: np.ndarray) -> np.ndarray:
+    """The stream codes a blocking call waits on."""
+    if sync_stream >= 0:
+        return np.array([sync_stream])
+    if sync_stream == -2:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(stream_device == sync_device) if sync_device >= 0 else np.arange(len(stream_device))
+
+
+def _sync_scopes(model: TraceModel, sync_rows: np.ndarray, stream_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per blocking call: the stream code it waits on (-1: every stream of its device; -2: a stream with no
+    activity), and its device (-1: every device, where the trace does not say)."""
+    gpu, rt = model.gpu, model.runtime
+    sync_stream, sync_device = np.full(len(sync_rows), -1, np.int64), np.full(len(sync_rows), -1, np.int64)
+    known = np.flatnonzero(rt.gpu[sync_rows] >= 0)
+    g = rt.gpu[sync_rows[known]]
+    sync_device[known] = gpu.device[g]
+    # a Stream Sync names its stream; a copy waits for itself, which its stream runs after the work before it
+    named = [c for c, name in enumerate(model.names) if name == "Stream Sync"]
+    by_stream = (gpu.kind[g] != GpuKind.SYNC) | np.isin(gpu.name[g], named)
+    keys = thread_keys([gpu.device[g]], [gpu.stream[g]])[0]
+    at = np.minimum(np.searchsorted(stream_keys, keys), max(len(stream_keys) - 1, 0))
+    found = stream_keys[at] == keys if len(stream_keys) else np.zeros(len(keys), bool)
+    sync_stream[known[by_stream]] = np.where(found, at, -2)[by_stream]
+    return sync_stream, sync_device
+
+
+def _done_in_trace(stream: np.ndarray, end: np.ndarray, chunk: np.ndarray, scopes: list[np.ndarray],
+                   n_streams: int) -> np.ndarray:
+    """Per blocking call: when the GPU work in its scope launched before it ended in the trace (NEVER: none)."""
+    n = len(scopes)
+    done_per_stream = np.full((n_streams, n), NEVER, np.int64)
+    bounds = np.searchsorted(stream, np.arange(n_streams + 1))
+    for s in range(n_streams):
+        a, b = bounds[s], bounds[s + 1]
+        reach = np.maximum.accumulate(end[a:b])
+        last = np.searchsorted(chunk[a:b], np.arange(n), side="right") - 1  # chunk k: launched before call k
+        done_per_stream[s] = np.where(last >= 0, reach[np.maximum(last, 0)], NEVER)
+    return np.array([done_per_stream[scope, k].max(initial=NEVER) for k, scope in enumerate(scopes)], np.int64)
