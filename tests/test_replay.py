@@ -138,3 +138,16 @@ def test_host_work_removed_shortens_each_step_by_its_time():
     assert (per_step[steps] > 0).all()
     saving = base.step_gpu_period_ns[steps] - replayed.step_gpu_period_ns[steps]
     assert saving == pytest.approx(per_step[steps], rel=0.1)
+
+
+def test_cpu_time_taken_out_of_a_gpu_bound_loop_buys_nothing():
+    """A CUDA-graph decode whose CPU runs ahead of the GPU: taking out every CPU interval the GPU waited for (the
+    eager prefill's) and every wait shortens the prefill, while the decode steps, held by the GPU, keep their time."""
+    ctx = context(HERE / "fixtures" / "h200_extra" / "graph_decode_24")
+    replay = ctx.replay
+    base = replay.run()
+    replayed = replay.run(removed=host_work_pieces(ctx), no_wait=replay.sync_rows)
+    steps = decode_steps(ctx)
+    assert replayed.step_gpu_period_ns[steps] == pytest.approx(base.step_gpu_period_ns[steps], rel=0.001)
+    prefill = ctx.steps.names.index("prefill")
+    assert replayed.step_gpu_period_ns[prefill] < 0.2 * base.step_gpu_period_ns[prefill]

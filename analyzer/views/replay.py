@@ -119,8 +119,8 @@ class ReplayModel:
 
         def cpu_times(code: int, t: np.ndarray) -> np.ndarray:
             mine = blocking[code]
-            return _shifted(t, cuts[code], sync_start[mine], self.sync_start_ns[active][mine],
-                            self.sync_end_ns[active][mine], sync_end[mine], shift_after[mine])
+            return _shifted(t, cuts[code], self.sync_start_ns[active][mine], self.sync_end_ns[active][mine],
+                            sync_end[mine], shift_after[mine])
 
         rt_start, rt_end = self.runtime_start_ns.copy(), self.runtime_end_ns.copy()
         for code, rows in enumerate(self.runtime_rows):
@@ -129,10 +129,9 @@ class ReplayModel:
         rt_start[self.sync_rows[active]] = sync_start
         rt_end[self.sync_rows[active]] = sync_end
 
-        wall = np.zeros(0, np.int64)
-        if len(self.step_lo_ns):
-            code = self.step_thread
-            wall = cpu_times(code, self.step_hi_ns) - cpu_times(code, self.step_lo_ns)
+        wall = self.step_hi_ns - self.step_lo_ns
+        if self.step_thread >= 0:
+            wall = cpu_times(self.step_thread, self.step_hi_ns) - cpu_times(self.step_thread, self.step_lo_ns)
         return Replayed((), gpu_start, gpu_end, rt_start, rt_end, self._periods(ends - self.duration_ns, ends),
                         wall)
 
@@ -223,7 +222,7 @@ def _removed_before(cut, t):
     return np.where(i >= 0, before[j] + np.minimum(t - starts[j], ends[j] - starts[j]), 0)
 
 
-def _shifted(t, cut, new_start, sync_start, sync_end, new_end, shift_after) -> np.ndarray:
+def _shifted(t, cut, sync_start, sync_end, new_end, shift_after) -> np.ndarray:
     """CPU times of one thread in the replay: removed time before them taken out, the shift of the last blocking
     call that ended before them added; a time inside a blocking call is no later than the call's replayed end."""
     out = t - _removed_before(cut, t)
@@ -251,13 +250,14 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
     rt_tids = distinct(rt.tid)
     rt_thread = np.searchsorted(rt_tids, rt.tid)
     tids, step_thread = rt_tids, -1
-    if len(steps):
-        step_tid = int(model.ops.tid[model.steps.op[np.searchsorted(model.steps.start_ns, steps.cpu_start_ns[0])]])
+    step_op = model.steps.op[np.searchsorted(model.steps.start_ns, steps.cpu_start_ns[0])] if len(steps) else -1
+    if step_op >= 0:
+        step_tid = model.ops.tid[step_op]
         if step_tid not in rt_tids:
             tids = np.append(rt_tids, step_tid)
         step_thread = int(np.flatnonzero(tids == step_tid)[0])
-    runtime_rows = tuple(np.flatnonzero(rt_thread == code) for code in range(len(rt_tids))) + \
-        ((np.zeros(0, np.int64),) if len(tids) > len(rt_tids) else ())
+    by_thread = np.argsort(rt_thread, kind="stable")
+    runtime_rows = tuple(np.split(by_thread, np.searchsorted(rt_thread[by_thread], np.arange(1, len(tids)))))
 
     # activities by stream, then start (the gpu table is in start order)
     stream_key = thread_keys([gpu.device[rows]], [gpu.stream[rows]])[0]
@@ -282,8 +282,8 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
         if len(pids) > 1:
             limits.append(f"launches from {len(pids)} processes")
         pairs = distinct(stream[has] * (len(tids) + 1) + thread[has])
-        for s in np.flatnonzero(np.bincount(pairs // (len(tids) + 1), minlength=n_streams) > 1).tolist():
-            row = rows[np.searchsorted(stream, s)]
+        for code in np.flatnonzero(np.bincount(pairs // (len(tids) + 1), minlength=n_streams) > 1).tolist():
+            row = rows[np.searchsorted(stream, code)]
             limits.append(f"several threads launch into stream {int(gpu.stream[row])} of device {int(gpu.device[row])}")
 
     # the typical launch latency: of launches that found their stream idle; the typical back-to-back gap, per
