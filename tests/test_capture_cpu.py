@@ -1,6 +1,7 @@
 """`python -m analyzer capture` end to end on the CPU: real torch.profiler traces of the tiny preset."""
 import gzip
 import json
+import statistics
 from collections import Counter
 
 import pytest
@@ -170,10 +171,10 @@ def test_diff_against_a_cpu_run_calls_its_gpu_memory_peak_unknown_not_zero(tiny_
 
 
 def test_diff_verdict_weighs_step_time_against_the_runs_own_session_noise(tiny_run, tmp_path, cli):
-    """The same run against itself: no change, within noise. Against the same workload with 32x the layers (32x
-    the ops launched per step): worse, beyond the noise. The two runs are separate processes, timed minutes apart on
-    a machine other work may load (a 2-layer run measured 2.3x slower than a 16-layer one under such load): the
-    difference must dwarf that."""
+    """The same run against itself: no change, within noise. Against the same workload with 32x the layers: slower,
+    and judged beyond or within the noise by the rule, on what the two runs measured. They are separate processes
+    timed minutes apart, so how noisy they are depends on what else the machine runs (under heavy load a tiny run's
+    sessions were 18x apart): the test checks the weighing, never how fast this machine was."""
     from analyzer import api
     run, _ = tiny_run
     same = api.compare("a", api.analyze(api.load(run)).report, "b", api.analyze(api.load(run)).report)["verdict"]
@@ -186,11 +187,18 @@ def test_diff_verdict_weighs_step_time_against_the_runs_own_session_noise(tiny_r
     slow = api.analyze(api.load(only_run(out))).report
     fast = api.analyze(api.load(run)).report
     d = api.compare("tiny", fast, "tiny-64-layers", slow)
-    step = d["verdict"]["step"]
+    step, verdict = d["verdict"]["step"], d["verdict"]
     assert step["measure"] == "unprofiled step" and step["session_spread"] is not None
-    assert step["ratio"] > 1 + step["session_spread"] and step["interval"][0] > 1
-    assert d["verdict"]["outcome"] == "worse" and "beyond the noise" in d["verdict"]["headline"]
-    assert api.render_diff_markdown(d).split("\n")[3].startswith("**Worse: the median unprofiled step went ")
+    assert step["ratio"] > 1  # 32x the ops per step
+    spreads = [(max(m) - min(m)) / statistics.median(m) for m in
+               (r["run"]["unprofiled"]["session_p50_ms"] for r in (fast, slow))]
+    assert step["session_spread"] == pytest.approx(max(spreads), abs=1e-4)  # the noisier run's sessions
+    beyond = step["interval"][0] > 1 and step["ratio"] - 1 > step["session_spread"]
+    if beyond:
+        assert verdict["outcome"] == "worse" and "beyond the noise" in verdict["headline"]
+        assert api.render_diff_markdown(d).split("\n")[3].startswith("**Worse: the median unprofiled step went ")
+    else:  # the step time alone decides nothing then (findings that came or went still may)
+        assert "within the noise" in verdict["headline"]
 
 
 def test_compare_fix_times_the_fixed_twin_in_interleaved_sessions(tmp_path, cli):
