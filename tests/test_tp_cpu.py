@@ -2,11 +2,12 @@
 rank, and `python -m analyzer capture workloads/tp_decode.yaml` writes one run folder with a trace per rank.
 
 Real processes, real gloo collectives, real torch.profiler traces (read back here with gzip + json only)."""
+import datetime
 import gzip
 import json
 import os
-import socket
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,31 +35,43 @@ def decode(model, config):
     return gen.tokens().clone(), torch.stack(logits)
 
 
+RANK_TIMEOUT = datetime.timedelta(seconds=300)  # rendezvous and each collective: generous for a loaded machine
+
+
 def _rank(rank, world, port, out):
+    """One rank (a spawned process). The rendezvous store is the test process's (see below), so no rank's exit can
+    take it away from another."""
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        config = PRESETS["tiny"]
-        model = random_model(config, "cpu", torch.float32, seed=0, tp=TensorParallel.from_process_group())
-        shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-        tokens, logits = decode(model, config)
-        torch.save({"tokens": tokens, "logits": logits, "shapes": shapes}, f"{out}.{rank}")
-    finally:
-        dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=RANK_TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=RANK_TIMEOUT)
+    config = PRESETS["tiny"]
+    model = random_model(config, "cpu", torch.float32, seed=0, tp=TensorParallel.from_process_group())
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    tokens, logits = decode(model, config)
+    torch.save({"tokens": tokens, "logits": logits, "shapes": shapes}, f"{out}.{rank}")
+    dist.barrier()  # every rank is past its last collective and has written its file: nobody leaves a peer behind
+    dist.destroy_process_group()
+    # Leave without finalizing the interpreter. destroy_process_group() does not stop gloo's threads here: building
+    # the model on the meta device imports torch._dynamo, which imports torch.distributed.nn.functional, whose
+    # `group=group.WORLD` defaults (evaluated at that import) hold the live default group, so the group and its 2
+    # worker threads outlive the call. A worker still releasing the last all-gather's tensors once finalization has
+    # begun needs the GIL, and CPython ends such a thread with pthread_exit: the unwind hits a noexcept destructor
+    # and the rank dies of SIGABRT ("terminate called without an active exception"), a race a loaded machine loses.
+    # On an error the exception propagates instead and mp.spawn reports it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def test_world_size_2_decodes_the_tokens_of_world_size_1(tmp_path):
     config = PRESETS["tiny"]
     tokens_1, logits_1 = decode(random_model(config, "cpu", torch.float32, seed=0), config)
-    mp.spawn(_rank, args=(2, free_port(), str(tmp_path / "out")), nprocs=2)
+    # The rendezvous store lives in this process, which outlives both ranks, on a port the kernel picked and this
+    # process holds (no free-port race with other processes)
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=RANK_TIMEOUT)
+    mp.spawn(_rank, args=(2, store.port, str(tmp_path / "out")), nprocs=2)
+    del store
     for rank in range(2):
         got = torch.load(tmp_path / f"out.{rank}")
         assert torch.equal(got["tokens"], tokens_1)  # greedy fp32: identical tokens

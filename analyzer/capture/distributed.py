@@ -1,8 +1,10 @@
 """A tensor-parallel capture (`tp` > 1): one process per rank, one run folder.
 
 The launcher (this module, in the `python -m analyzer capture` process) checks the workload, makes the hidden staging
-folder (runfolder.py), picks a free port and starts `tp` processes of `python -m analyzer.capture.rank` (rank.py) with
-torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT). Backend: NCCL with one GPU
+folder (runfolder.py), hosts the rendezvous TCPStore itself (as torchrun's agent does: bound to port 0, so the kernel
+picks a free port that no other process can take before the ranks connect, and no rank's exit takes the store from the
+others) and starts `tp` processes of `python -m analyzer.capture.rank` (rank.py) with torchrun's environment (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT: the store's port). Backend: NCCL with one GPU
 per rank (cuda:N for rank N) when the device is CUDA, gloo on the CPU. Every rank runs the same phases and writes
 `rank<N>.trace.json.gz` and `.rank<N>.json` (its part of meta.json) into the staging folder. When all exit 0 the
 launcher merges the parts into one meta.json (rank 0's parts at the top level, as a one-process run has them; every
@@ -16,12 +18,12 @@ NVLink multicast stays off: NVLS_OFF is set in this process and in every rank's 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,10 +63,6 @@ def capture_distributed(config: CaptureConfig, out_dir: Path, argv: list[str]) -
           file=sys.stderr)
     try:
         failure = run_ranks(config, run.staging, logs, backend)
-        if failure is not None and "address already in use" in failure.lower():  # the free port was taken since
-            for part in run.staging.glob(".rank*.json"):
-                part.unlink()
-            failure = run_ranks(config, run.staging, logs, backend)
     except KeyboardInterrupt:
         failure, code = "interrupted (KeyboardInterrupt)", 130
     else:
@@ -112,10 +110,11 @@ def resolve_backend(config: CaptureConfig, notes: list[str]) -> tuple[str, torch
     return "gloo", torch.device("cpu")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous_store() -> "torch.distributed.TCPStore":
+    """The ranks' rendezvous store, served from this process on 127.0.0.1 at a port the kernel picks (`.port`)."""
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
 
 
 def rank_command(config: CaptureConfig, staging: Path, backend: str) -> list[str]:
@@ -146,7 +145,7 @@ def _die_with_parent() -> None:
 
 def run_ranks(config: CaptureConfig, staging: Path, logs: Path, backend: str) -> str | None:
     """Start every rank and wait for all; None when every rank exited 0, else the one-line failure."""
-    world, port = config.tp, free_port()
+    world, store = config.tp, rendezvous_store()  # served until every rank has exited
     command = rank_command(config, staging, backend)
     procs: list[subprocess.Popen] = []
     try:
@@ -154,12 +153,13 @@ def run_ranks(config: CaptureConfig, staging: Path, logs: Path, backend: str) ->
             log = open(logs / f"rank{rank}.log", "w")
             # rank 0's progress goes to this terminal; the others' output to their log
             err = None if rank == 0 else log
-            procs.append(subprocess.Popen(command, env=rank_environment(rank, world, port), stdout=log, stderr=err,
-                                          stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent))
+            procs.append(subprocess.Popen(command, env=rank_environment(rank, world, store.port), stdout=log,
+                                          stderr=err, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent))
             log.close()
         return wait_ranks(procs, staging, time.monotonic() + CAPTURE_TIMEOUT_S)
     finally:
         stop(procs)
+        del store
 
 
 def wait_ranks(procs: list[subprocess.Popen], staging: Path, deadline: float) -> str | None:
@@ -240,7 +240,8 @@ def merge_meta(config: CaptureConfig, argv: list[str], created: str, notes: list
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     distributed = {
         "backend": backend, "world_size": config.tp, "nccl_version": nccl,
-        "launcher": "one `python -m analyzer.capture.rank` process per rank, env:// rendezvous on 127.0.0.1",
+        "launcher": "one `python -m analyzer.capture.rank` process per rank, rendezvous on a TCPStore the "
+                    "launcher serves on 127.0.0.1",
         "environment": dict(NVLS_OFF), "rank_timeout_s": RANK_TIMEOUT_S,
         "topology": topology() if backend == "nccl" else None,
         "traces": [r["parts"]["profiled"]["trace"] for r in results],
