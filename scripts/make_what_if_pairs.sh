@@ -2,7 +2,9 @@
 # How the what-if fixtures were made (issue "What a fix buys", on one NVIDIA H200): each pathology workload at the
 # full 24 decoder layers of the Qwen2-0.5B shape, its fixed twin (`decode`) timed in the same process in rounds
 # interleaved with it (timing.compare_fix: meta.json fix_comparison is the measured saving and its noise band), a
-# short profiled window (prefill + 4 decode steps), no allocator history (it slows the profiled steps).
+# short profiled window (prefill + 4 decode steps), no allocator history (it slows the profiled steps). The graph
+# pairs: the eager decode (batch 1, and batch 8) against itself replayed as a CUDA graph (timing.compare_fix_mode),
+# the fix for launch overhead.
 #   bash scripts/make_what_if_pairs.sh OUT_DIR [RUN_NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +17,12 @@ for name in item_sync print_tensor alloc_churn host_work fragmentation; do
   python3 -m analyzer capture "workloads/$name.yaml" --out "$out" --set timing.compare_fix=decode \
     --set timing.sessions=6 --set memory_history.enabled=false --set prompt_length=128 --set decode_steps=32 \
     --set timing.warmup_steps=5 --set profiler.warmup=2 --set profiler.active=4 --set name="$name"
+done
+for pair in decode_vs_graph:decode batch_decode_vs_graph:batch_decode; do
+  name="${pair%%:*}" workload="${pair#*:}"
+  want "$name" || continue
+  python3 -m analyzer capture "workloads/$workload.yaml" --out "$out" --set device=cuda --set timing.compare_fix=decode \
+    --set timing.compare_fix_mode=cuda_graph --set timing.sessions=6 --set memory_history.enabled=false \
+    --set prompt_length=128 --set decode_steps=32 --set timing.warmup_steps=5 --set profiler.warmup=2 \
+    --set profiler.active=4 --set name="$name"
 done

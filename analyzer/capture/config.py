@@ -78,6 +78,8 @@ SCHEMA: tuple[Field, ...] = (
           "for item_sync): both are timed on the same model in one process, their sessions interleaved, for the "
           "fix's measured saving and its noise band (meta.json fix_comparison); separate captures drift apart by "
           "more than many fixes save", nullable=True),
+    Field("timing.compare_fix_mode", str, None, "the decode mode the fixed twin runs in (cuda_graph: the fix for "
+          "launch overhead); null = this run's mode", nullable=True, choices=("eager", "cuda_graph")),
     Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
     Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
     Field("profiler.active", int, 8, "decode steps recorded (after the recorded prefill)", minimum=1),
@@ -148,6 +150,7 @@ class TimingConfig:
     sessions: int
     compare_modes: bool
     compare_fix: str | None
+    compare_fix_mode: Literal["eager", "cuda_graph"] | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,7 +69,7 @@ class StepsKind:
         """This script and its fixed twin on the same model, warmed up, then `timing.sessions` rounds of one session
         each, in alternating order (ABBA...), so that drift of the machine's speed falls on both alike."""
         c = self.config
-        fixed = self.make(c.mode, twin)
+        fixed = self.make(c.timing.compare_fix_mode or c.mode, twin)
         if fixed.step_label != self.wl.step_label:
             session.note(f"timing.compare_fix: {c.timing.compare_fix} steps {fixed.step_label!r}, this script "
                          f"{self.wl.step_label!r}: not the same unit of work; skipped")
@@ -87,7 +87,8 @@ class StepsKind:
         with_ms = summarize_ms([x for one in ms[True] for x in one])["p50"]
         fixed_ms = summarize_ms([x for one in ms[False] for x in one])["p50"]
         return {"fix_comparison": {
-            "fixed_script": c.timing.compare_fix, "statistic": "p50 of unprofiled steps",
+            "fixed_script": c.timing.compare_fix, "fixed_mode": c.timing.compare_fix_mode or c.mode,
+            "statistic": "p50 of unprofiled steps",
             "order": "rounds of one session each, alternating which goes first",
             "step_ms": with_ms, "fixed_step_ms": fixed_ms, "saving_ms": with_ms - fixed_ms,
             "saving_share": (with_ms - fixed_ms) / with_ms if with_ms else None,
