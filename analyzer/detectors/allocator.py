@@ -17,6 +17,7 @@ from analyzer.views.frames import outermost_op
 from analyzer.views.idle import ALLOCATOR
 from analyzer.views.onetime import NONE
 from analyzer.views.sites import describe_site, site_keys
+from analyzer.views.whatif import intervals_fix
 
 MAX_TIMELINE_POINTS = 2000
 STATS_KEYS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_sync_all_streams",
@@ -199,7 +200,9 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
                               for s in data["sites"][:5]],
                     "call_time_us": round(sum(v["total_us"] for v in data["by_api"].values()), 3),
                     "memory_stats_delta": stats},
-            occurrences_us=tuple((o[0], o[1]) for o in (top["occurrences"] if top else []))))
+            occurrences_us=tuple((o[0], o[1]) for o in (top["occurrences"] if top else [])),
+            fix=intervals_fix(f"the steady-state {names['malloc']}/{names['free']} calls served from the cache",
+                              rt.tid[steady], rt.start_ns[steady], rt.end_ns[steady])))
     if stats.get("num_alloc_retries", 0) > 0 or stats.get("num_ooms", 0) > 0:
         findings.append(Finding(
             kind="allocator_churn", severity="high",

@@ -1,10 +1,12 @@
 """What every detector shares: its output record types (its input is analyzer.views.context.AnalysisContext)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable
 
 from analyzer.views.context import AnalysisContext
+from analyzer.views.whatif import Fix
 
 __all__ = ["AnalysisContext", "DetectorResult", "Finding", "SEVERITIES", "SiteTable", "severity_for"]
 
@@ -25,9 +27,11 @@ class Finding:
     id: str = ""  # unique in the report
     parent: str | None = None  # the finding this one refines ("of which ..."); its idle is part of the parent's
     library_site: str | None = None  # the third-party library code inside call_site where it happened
+    fix: Fix | None = dataclasses.field(default=None, compare=False, repr=False)  # what taking the cause away
+    # changes in the replay (analyzer.views.whatif); not part of report.json
 
     def as_dict(self) -> dict:
-        d = dataclasses.asdict(self)
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "fix"}
         d["occurrences_us"] = [list(o) for o in self.occurrences_us]
         return d
 

@@ -16,6 +16,7 @@ from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.views.waits import present_codes
+from analyzer.views.whatif import Fix, pieces_fix
 
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
@@ -33,7 +34,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     long = (idle.cause == CPU_LAUNCH) & (dur >= long_gap_us * 1e3)
     short = (idle.cause == CPU_LAUNCH) & ~long
     sites = _sites(ctx)
-    host_work = _host_work(ctx, np.flatnonzero(long))
+    host_work, host_fixes = _host_work(ctx, np.flatnonzero(long))
     per_step = ctx.step_table
     graph = _graph_estimate(ctx, per_step)
     data = {
@@ -50,7 +51,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
         "long_gap_us": long_gap_us,
     }
     findings = _launch_findings(ctx, short, window_us, graph, long_gap_us, per_step)
-    findings += _host_work_findings(host_work, window_us, long_gap_us)
+    findings += _host_work_findings(host_work, host_fixes, window_us, long_gap_us)
     findings += _queued_finding(ctx, window_us)
     return DetectorResult({"gaps": data}, tuple(findings))
 
@@ -132,23 +133,28 @@ def _allocating_line(ctx: AnalysisContext, row: int) -> dict:
     return (records.record_of_call(row) if records is not None else None) or {}
 
 
-def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
+def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[Fix]]:
     """Long CPU pieces grouped by the function responsible: the innermost user function that covers at least half
     of the piece on the launching thread (a helper, not the generator expression inside it, nor its caller when
-    the helper alone ran), else the op that ran, else the launch site."""
+    the helper alone ran), else the op that ran, else the launch site. With each group, its fix: the responsible
+    function's (or op's) whole run taken out, or only the idle piece where that run is over twice as long."""
     model, idle = ctx.model, ctx.idle
     if not len(sel):
-        return []
+        return [], []
     rows = idle.row[sel]
     lo, hi = idle.start_ns[sel], idle.end_ns[sel]
     middle = lo + (hi - lo) // 2
     at_middle = _innermost_at(ctx, rows, middle)
     op_at_middle = _outer_op_at(ctx, rows, middle)
     launch_keys = _launch_site_keys(ctx, rows).tolist()
+    tids = model.runtime.tid[ctx.gaps.launch[idle.gap[sel]]]
     groups: dict[int, list[int]] = defaultdict(list)
+    work: dict[int, set] = defaultdict(set)
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
-        key = _responsible_key(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
+        key, span = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
+        a, b = span if span and span[1] - span[0] <= 2 * (hi[i] - lo[i]) else (int(lo[i]), int(hi[i]))
+        work[key].add((int(tids[i]), a, b))
     out = []
     for key, members in groups.items():
         members.sort(key=lambda p: -(idle.end_ns[p] - idle.start_ns[p]))
@@ -156,12 +162,15 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> list[dict]:
         lead_frame = int(at_middle[np.searchsorted(sel, lead)])
         site = describe_site(ctx, key, lead_frame)
         durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in members]
-        out.append({"call_site": site["label"], "site": site, "count": len(members),
-                    "idle_us": round(sum(durations), 3), "max_us": max(durations),
-                    "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
-                    "launch_site": describe_site(ctx, int(_pieces_site_keys(ctx, np.array([lead]))[0]))["label"],
-                    "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]})
-    return sorted(out, key=lambda h: -h["idle_us"])
+        out.append(({"call_site": site["label"], "site": site, "count": len(members),
+                     "idle_us": round(sum(durations), 3), "max_us": max(durations),
+                     "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
+                     "launch_site": describe_site(ctx, int(_pieces_site_keys(ctx, np.array([lead]))[0]))["label"],
+                     "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
+                    Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
+                        np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
+    out.sort(key=lambda h: -h[0]["idle_us"])
+    return [h for h, _ in out], [f for _, f in out]
 
 
 def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
@@ -185,7 +194,9 @@ def _enclosing_at(ctx: AnalysisContext, table, candidates: np.ndarray, rows: np.
     return np.where((rows >= 0) & (found >= 0), near[np.maximum(found, 0)] if len(near) else -1, -1)
 
 
-def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key: int, op: int) -> int:
+def _responsible(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key: int,
+                 op: int) -> tuple[int, tuple[int, int] | None]:
+    """The site key of what ran during [lo, hi), and that function's (or op's) whole run where known."""
     model, index = ctx.model, ctx.frames
     fr = model.frames
     if frame >= 0:
@@ -204,10 +215,12 @@ def _responsible_key(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_
         lib = index.library_frame_of(frame)  # inside the user frame at the middle, so inside `chosen` too
         lib_code = int(fr.name[lib]) if lib >= 0 else -1
         if chosen >= 0 or lib >= 0:
-            return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code)
+            run = chosen if chosen >= 0 else lib
+            return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code), \
+                (int(fr.start_ns[run]), int(fr.end_ns[run]))
     if op >= 0:
-        return op_key(int(model.ops.name[op]))
-    return launch_key
+        return op_key(int(model.ops.name[op])), (int(model.ops.start_ns[op]), int(model.ops.end_ns[op]))
+    return launch_key, None
 
 
 def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
@@ -325,12 +338,10 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
               f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
               f"small ops." + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
                                "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
-    if graph and graph.get("estimated_speedup"):
-        advice += (f" Estimated graph step {graph['estimated_graph_step_us'] / 1e3:.2f} ms vs eager "
-                   f"{graph['eager_step_us'] / 1e3:.2f} ms ({graph['estimated_speedup']:.1f}x)")
-        if graph.get("measured"):
-            advice += f"; measured {graph['measured']['speedup']:.1f}x"
-        advice += "."
+    if graph and graph.get("measured"):
+        m = graph["measured"]
+        advice += (f" Measured on this run: {m['eager_step_us'] / 1e3:.2f} ms eager, {m['cuda_graph_step_us'] / 1e3:.2f}"
+                   f" ms as a graph ({m['speedup']:.1f}x).")
     return advice
 
 
@@ -403,7 +414,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
         id="launch_overhead",
         detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
                 "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},
-        occurrences_us=tuple(tuple(o) for o in top["occurrences"]))
+        occurrences_us=tuple(tuple(o) for o in top["occurrences"]), fix=_launch_fix(ctx, rows))
     children = []
     if len(top_sites) > 1 and impact >= MINOR_SHARE * window_us:
         for k, s in enumerate(top_sites):
@@ -418,6 +429,19 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
                 detail={"context": s["context"], "site": s["site"]},
                 occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
     return [parent, *children]
+
+
+def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
+    """Inference launched eagerly: the steps replayed as CUDA graphs. A run that replays graphs already, or a
+    training step (not one graph): the eager launches' gaps taken out. A window recording capture: none."""
+    traits = ctx.traits
+    if traits.graphs.captured:
+        return None
+    if traits.graphs.replayed or traits.training:
+        return pieces_fix(ctx, pieces, "the CPU time before each eagerly launched kernel taken out")
+    gaps = pieces_fix(ctx, pieces, "")
+    return Fix(f"the {traits.step_word}s replayed as {traits.graph_word}s (their GPU work back to back)",
+               gaps.removed if gaps else np.zeros((0, 3), np.int64), as_graphs=True)
 
 
 def share_text(part: float, whole: float) -> str:
@@ -440,9 +464,10 @@ def _host_work_advice(site: dict) -> str:
     return advice
 
 
-def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: float) -> list[Finding]:
+def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
+                        long_gap_us: float) -> list[Finding]:
     out = []
-    for k, h in enumerate(host_work):
+    for k, (h, fix) in enumerate(zip(host_work, fixes)):
         out.append(Finding(
             kind="host_work", severity=severity_for(h["idle_us"], window_us),
             title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) while "
@@ -451,7 +476,7 @@ def _host_work_findings(host_work: list[dict], window_us: float, long_gap_us: fl
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice=_host_work_advice(h["site"]),
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"]},
-            occurrences_us=tuple(tuple(o) for o in h["occurrences"])))
+            occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
     return out
 
 

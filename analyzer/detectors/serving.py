@@ -11,6 +11,7 @@ from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, Si
 from analyzer.units import plural, us
 from analyzer.views.frames import describe_frame
 from analyzer.views.idle import EVENT_LOOP_IDLE, THREAD_HOP
+from analyzer.views.whatif import pieces_fix
 
 _MAX_ATTRIBUTED = 5000  # gaps attributed one by one; the rest only counted
 UNKNOWN = "(unknown)"  # no Python wait frame on the launching thread (a trace without with_stack, or none matched)
@@ -162,7 +163,9 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
             advice="The thread that launches GPU work sat in the event loop's selector (an `await asyncio.sleep(...)` "
                    "or an await on I/O) with nothing queued on the GPU. Yield with `await asyncio.sleep(0)` between "
                    "steps, or queue the next step before awaiting, so the GPU never waits on the loop's timer.",
-            detail={"sites": loop["sites"][:5]}, occurrences_us=occurrences))
+            detail={"sites": loop["sites"][:5]}, occurrences_us=occurrences,
+            fix=pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == EVENT_LOOP_IDLE),
+                           "the launching thread no longer parks in the event loop with the GPU idle")))
     if hops["count"] and ctx.traits.training:
         site, occurrences = _top_site(hops)
         out.append(Finding(
@@ -174,7 +177,9 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
                    "thread to pick the work up (likewise for data-loader or communication threads handing work "
                    "over). It is normally small; if it is not, look at what the launching thread did first (a "
                    "lock, a Python callback, a hook).",
-            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences))
+            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences,
+            fix=pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == THREAD_HOP),
+                           "the next work launched without the hand-off between threads")))
     elif hops["count"]:
         site, occurrences = _top_site(hops)
         out.append(Finding(
@@ -188,7 +193,9 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
                    "launch from one thread, or keep one dedicated thread looping over steps instead of a hand-off "
                    "per step. The profiler records ops only on the thread that started it, so a worker's ops may be "
                    "missing from the trace (its kernels and runtime calls are there).",
-            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences))
+            detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences,
+            fix=pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == THREAD_HOP),
+                           "the next work launched without the hand-off between threads")))
     return out
 
 

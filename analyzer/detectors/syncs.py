@@ -2,6 +2,7 @@
 copies, synchronize), the time the CPU waited, and the GPU drain it caused, grouped by the user's call site."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -14,6 +15,7 @@ from analyzer.views.idle import SYNC
 from analyzer.views.instrumentation import PROFILER_FRAME
 from analyzer.views.sites import describe_site, site_keys, site_phrase
 from analyzer.trace import GpuKind
+from analyzer.views.whatif import Fix
 
 _MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",
              "aten::unique_consecutive", "aten::repeat_interleave", "aten::masked_scatter", "aten::is_nonzero",
@@ -165,6 +167,46 @@ def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+WHOLE_CONSTRUCT = ("item", "copy_to_host", "print", "explicit_sync")  # the fix removes the call, not only its wait
+PRINT_FRAME = re.compile(r"<built-in function print>|torch/_tensor\.py\(\d+\): __(format|repr|str)__")
+
+
+def _construct(ctx: AnalysisContext, kind: str, row: int) -> tuple[int, int] | None:
+    """The CPU interval of the Python construct that made this blocking call: the print (or the tensor's
+    formatting), the outermost op (aten::item, aten::to), the synchronize call itself."""
+    model = ctx.model
+    rt = model.runtime
+    if kind == "explicit_sync":
+        return int(rt.start_ns[row]), int(rt.end_ns[row])
+    if kind == "print":
+        frames, found, f = model.frames, None, int(rt.frame[row])
+        for _ in range(256):
+            if f < 0:
+                break
+            if PRINT_FRAME.search(model.names[frames.name[f]]):
+                found = f
+            f = int(frames.parent[f])
+        if found is not None:
+            return int(frames.start_ns[found]), int(frames.end_ns[found])
+    op = int(rt.op[row])
+    if op >= 0:
+        outer = int(ctx.outermost_ops[op])
+        if outer >= 0:
+            return int(model.ops.start_ns[outer]), int(model.ops.end_ns[outer])
+    return None
+
+
+def _sync_fix(ctx: AnalysisContext, kind: str, groups: list[list[int]]) -> Fix:
+    rt = ctx.model.runtime
+    spans = [_construct(ctx, kind, g[-1]) if kind in WHOLE_CONSTRUCT else None for g in groups]
+    whole = [(int(rt.tid[g[-1]]), *span) for g, span in zip(groups, spans) if span]
+    waits = [r for g, span in zip(groups, spans) if not span for r in g]
+    what = {"print": "the prints removed", "item": "the .item() calls removed",
+            "copy_to_host": "the device-to-host reads removed", "explicit_sync": "the synchronize calls removed"}
+    return Fix(what.get(kind, f"the {LABEL[kind]} no longer waits for the GPU (its work still runs)"),
+               np.asarray(whole, np.int64).reshape(-1, 3), np.asarray(waits, np.int64))
+
+
 def detect(ctx: AnalysisContext) -> DetectorResult:
     model, timeline = ctx.model, ctx.timeline
     rt = model.runtime
@@ -173,6 +215,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     sites = SiteTable(sums=("wait_us", "drain_us"))
     copies_by_op = _copies_by_op(ctx)
     groups = _blocking_events(ctx)
+    groups_by_site: dict[tuple, list[list[int]]] = defaultdict(list)
     lasts = np.asarray([g[-1] for g in groups], np.int64)
     keys = site_keys(ctx, rt.frame[lasts], rt.op[lasts], rt.name[lasts]).tolist() if len(lasts) else []
     for group, key in zip(groups, keys):
@@ -196,23 +239,25 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                     "frame": site["call_frame"], "kind": kind, "api": api, "apis": defaultdict(int), "op": op_name,
                     "api_detail": api_detail, "copy": copy_name, "per_step": defaultdict(int),
                     "source_lines": [{"file": s["file"], "line": s["line"], "code": s.get("code", "")} for s in lines],
-                    "context": ctx.frames.context(frame), "drains_us": []}
+                    "context": ctx.frames.context(frame), "drains_us": [], "_groups": groups_by_site[(key, kind)]}
 
         entry = sites.add((key, kind), new_site, (us(rt.start_ns[group[0]]), us(rt.end_ns[last])),  # the call(s)
                           wait_us=wait / 1e3, drain_us=drain / 1e3)
         entry["apis"][api] += 1
+        groups_by_site[(key, kind)].append(group)
         step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
         entry["per_step"][steps.names[step] if step >= 0 else "(outside steps)"] += 1
         if sites.kept and spans:
             entry["drains_us"].append((us(spans[0][0]), us(spans[-1][1])))  # the GPU idle it caused
     site_list = sites.rows(lambda s: (-s["drain_us"], -s["count"]))
+    groups_of = [s.pop("_groups") for s in site_list]
     for s in site_list:
         s["per_step"] = dict(s["per_step"])
         s["apis"] = dict(s["apis"])
         s["api"] = max(s["apis"], key=s["apis"].get)
     window_us = timeline.window_ns / 1e3
     findings = []
-    for k, s in enumerate(site_list):
+    for k, (s, site_groups) in enumerate(zip(site_list, groups_of)):
         if s["kind"] == "profiler":
             continue
         per_step = [v for name, v in s["per_step"].items() if name != "(outside steps)"]
@@ -226,7 +271,8 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]], id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},
-            occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"]))))
+            occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"])),
+            fix=_sync_fix(ctx, s["kind"], site_groups)))
     sync_events = int((model.gpu.kind == GpuKind.SYNC).sum())
     totals = {
         "total_blocking_calls": sum(s["count"] for s in site_list),

@@ -13,6 +13,7 @@ from analyzer.views.frames import describe_frame
 from analyzer.views.idle import WARMUP
 from analyzer.views.onetime import LABELS
 from analyzer.units import fmt_us
+from analyzer.views.whatif import pieces_fix
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:
@@ -73,4 +74,5 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         title=f"One-time costs in the profiled window: {what}",
         call_site=None, impact_us=impact, count=int(len(distinct(idle.gap[sel]))), advice=advice, id="warmup",
         detail={"breakdown": data["breakdown"]},
-        occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))]
+        occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()),
+        fix=pieces_fix(ctx, sel, "the one-time costs paid before the window (a warmed-up run)"))]

@@ -1,7 +1,6 @@
 """Run every detector over one trace and assemble report.json's dictionary."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
 from analyzer.views.sites import describe_site, site_keys
+from analyzer.views.whatif import evaluate
 from analyzer.trace import GpuKind, TraceModel
 
 REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
@@ -32,6 +32,7 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     model, meta = ctx.model, ctx.meta
     results = [detect(ctx) for detect in DETECTORS]
     findings = _ranked([f for r in results for f in r.findings])
+    what_if, savings = evaluate(ctx, findings)
     tl = ctx.timeline
     report = {
         "schema": REPORT_SCHEMA,
@@ -43,8 +44,8 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
         "trace": _trace_info(model),
         **{key: value for r in results for key, value in r.sections.items()},
         "timeline": _timeline_payload(ctx),
-        "findings": [dataclasses.asdict(f) | {"occurrences_us": [list(o) for o in f.occurrences_us]}
-                     for f in findings],
+        "findings": [f.as_dict() | ({"what_if": savings[f.id]} if f.id in savings else {}) for f in findings],
+        "what_if": what_if,
         "hta": None,
         "analysis_seconds": round(time.perf_counter() - started, 3),
     }

@@ -89,10 +89,11 @@ class ReplayModel:
         return (f"ReplayModel(activities={len(self.rows)}, streams={len(self.stream_device)}, threads={len(self.tids)}, "
                 f"blocking={len(self.sync_rows)}, limits={self.limits})")
 
-    def run(self, removed=(), no_wait=()) -> Replayed:
+    def run(self, removed=(), no_wait=(), overhead=()) -> Replayed:
         """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
         thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
-        stays). A blocking call that starts inside a removed interval goes with it, wait included."""
+        stays). A blocking call that starts inside a removed interval goes with it, wait included. `overhead`:
+        intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost)."""
         if self.limits:
             return Replayed(self.limits)
         removed = np.asarray(removed, np.int64).reshape(-1, 3)
@@ -108,7 +109,10 @@ class ReplayModel:
             waits = np.flatnonzero(drop & (self.sync_wait_ns > 0))
             extra = np.stack([self.tids[self.sync_thread[waits]], self.sync_start_ns[waits],
                               self.sync_start_ns[waits] + self.sync_wait_ns[waits]], axis=1)
-            cuts = self._cuts(np.concatenate([removed, extra]))
+            removed = np.concatenate([removed, extra])
+        overhead = np.asarray(overhead, np.int64).reshape(-1, 3)
+        if drop.any() or len(overhead):
+            cuts = self._cuts(np.concatenate([removed, overhead]))
         active = np.flatnonzero(~drop)
         ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active)
 

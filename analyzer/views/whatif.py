@@ -1,0 +1,269 @@
+"""What a fix buys: each top-level finding's cause taken out of the trace's replay (analyzer.views.replay), and the
+step time that is left.
+
+The replay runs in the unprofiled world where it can: the profiler's own cost, a fixed cost per recorded Python call
+and a cost per recorded op found so that the replayed step matches meta.json's unprofiled step (the same statistic,
+the p50, on the same clock), is taken out of every thread first, so that a saving is stated in the time the user's
+program runs in, not in the trace's dilated time. Without a matching measurement the savings are the trace's own.
+
+A detector states its finding's fix as a `Fix`: CPU intervals taken out of their threads (host work, allocator
+calls, a print), blocking calls that no longer wait (the GPU work they waited for still runs), or the steps replayed
+as CUDA graphs (their GPU work back to back, a graph node's gap apart).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from analyzer.views.replay import ReplayModel, Replayed
+
+PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on top of the call's own
+OP_EVENT_NS = 3_500  # profiler cost of one recorded op, where no unprofiled measurement calibrates it
+GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
+CALIBRATION_ROUNDS = 8
+CALIBRATION_TOLERANCE = 0.01
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Fix:
+    """What the replay changes to take a finding's cause away."""
+    what: str  # one line for the report
+    removed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 3), np.int64))  # (tid, start, end)
+    no_wait: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # runtime rows
+    as_graphs: bool = False  # the steps' launches replaced by graph replays (where the trace has no steps to
+    # replay as graphs, `removed` stands in: the launch gaps' CPU time taken out)
+
+
+def intervals_fix(what: str, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Fix:
+    return Fix(what, np.stack([np.asarray(tid, np.int64), np.asarray(start, np.int64),
+                               np.asarray(end, np.int64)], axis=1).reshape(-1, 3))
+
+
+def pieces_fix(ctx, pieces: np.ndarray, what: str) -> Fix | None:
+    """The CPU time of these idle pieces taken out of the thread that launched the work the GPU waited for."""
+    idle, rt = ctx.idle, ctx.model.runtime
+    launch = ctx.gaps.launch[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
+    pieces = pieces[launch >= 0]
+    if not len(pieces) or not len(rt):
+        return None
+    return intervals_fix(what, rt.tid[launch[launch >= 0]], idle.start_ns[pieces], idle.end_ns[pieces])
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """What a step time is: the median GPU period of the repeated steps (not the prefill, not the last, whose
+    period is only its own span), or the GPU's whole span where the trace has no such steps."""
+    kind: str  # "step" | "window"
+    steps: np.ndarray  # step indexes used (kind "step")
+    label: str  # what the steps are called
+
+    def of(self, model: ReplayModel, replayed: Replayed) -> float:
+        if self.kind == "step":
+            return float(np.median(replayed.step_gpu_period_ns[self.steps]))
+        return float(replayed.gpu_end_ns[model.rows].max() - replayed.gpu_start_ns[model.rows].min())
+
+
+def measure_for(ctx) -> Measure:
+    table = ctx.step_table
+    with_gpu = [k for k, s in enumerate(table) if s.get("gpu_period_us") is not None]
+    repeated = [k for k in with_gpu[:-1] if not table[k]["step"].startswith("prefill")]
+    if not repeated and len(with_gpu) > 1:
+        repeated = with_gpu[:-1]
+    if not repeated:
+        return Measure("window", np.zeros(0, np.int64), "window")
+    label = table[repeated[0]]["step"].rstrip("0123456789#_ -") or "step"
+    return Measure("step", np.asarray(repeated, np.int64), label)
+
+
+def graph_node_gap_ns(model: ReplayModel) -> tuple[int, str]:
+    """The gap between consecutive activities of one graph replay (one launch, one stream), measured in the trace
+    where it has replays, else the H200 constant."""
+    same = (model.launch_ns[1:] == model.launch_ns[:-1]) & (model.stream[1:] == model.stream[:-1]) & \
+        (model.thread[1:] >= 0) & (model.bound[1:] == 0)
+    if same.sum() >= 16:
+        start = model.gpu_start_ns[model.rows[1:][same]]
+        prev_end = model.gpu_end_ns[model.rows[:-1][same]]
+        return int(np.median(np.maximum(start - prev_end, 0))), "this trace's graph replays"
+    return GRAPH_NODE_GAP_NS, "an H200's graph replays (no replays in this trace)"
+
+
+def graph_steps_ns(ctx, model: ReplayModel, measure: Measure, node_gap: int) -> float:
+    """The measured steps as graph replays: their GPU work back to back, a node's gap between activities."""
+    table = ctx.step_table
+    if measure.kind == "step":
+        counts = np.bincount(model.step[model.step >= 0], minlength=len(table))
+        per = [table[k]["busy_us"] * 1e3 + max(counts[k] - 1, 0) * node_gap for k in measure.steps.tolist()]
+        return float(np.median(per))
+    return float(ctx.timeline.busy_ns + max(len(model.rows) - 1, 0) * node_gap)
+
+
+def busy_per_step_ns(ctx, measure: Measure) -> float:
+    if measure.kind == "step":
+        return float(np.median([ctx.step_table[k]["busy_us"] * 1e3 for k in measure.steps.tolist()]))
+    return float(ctx.timeline.busy_ns)
+
+
+class ProfilerCost:
+    """The profiler's own cost on each thread the replay knows: each recorded op and Python call costs a fixed
+    time from its start (where they crowd, the times overlap and count once, so a cost only ever grows the cut)."""
+
+    def __init__(self, ctx, model: ReplayModel):
+        self.by_thread = []
+        ops, frames = ctx.model.ops, ctx.model.frames
+        for tid in model.tids.tolist():
+            op_t = ops.start_ns[ops.tid == tid]
+            py_t = frames.start_ns[frames.tid == tid]
+            self.by_thread.append((tid, np.concatenate([op_t, py_t]),
+                                   np.r_[np.ones(len(op_t), bool), np.zeros(len(py_t), bool)]))
+
+    def intervals(self, op_ns: float) -> np.ndarray:
+        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults'."""
+        py_ns = int(op_ns * PY_EVENT_NS / OP_EVENT_NS)
+        out = [np.stack([np.full(len(t), tid), t, t + np.where(is_op, int(op_ns), py_ns)], axis=1)
+               for tid, t, is_op in self.by_thread if len(t)]
+        return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 3), np.int64)
+
+
+def _unprofiled_target_ns(ctx, measure: Measure) -> float | None:
+    """meta.json's unprofiled p50 step, where it times the same steps on the GPU's clock."""
+    meta = ctx.meta
+    p50 = meta.get("unprofiled", "step_ms", "p50") if meta else None
+    label = (meta.get("unprofiled", "step_label", default="") or "") if meta else ""
+    clock = str(meta.get("unprofiled", "clock", default="") or "") if meta else ""
+    if not p50 or measure.kind != "step" or "cuda" not in clock.lower() or not label:
+        return None
+    if not all(ctx.step_table[k]["step"].startswith(label) for k in measure.steps.tolist()):
+        return None
+    return float(p50) * 1e6
+
+
+def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, profiled: float):
+    """The per-op cost whose removal brings the replayed step to the target: regula falsi (Illinois) on
+    f(c) = step(c) - target, which falls as c grows. Returns (cost, step) at the best point found."""
+    def step(c: float) -> float:
+        return measure.of(model, model.run(overhead=cost.intervals(c)))
+
+    lo, f_lo = 0.0, profiled - target
+    if f_lo <= 0:
+        return 0.0, profiled
+    hi = 4.0 * OP_EVENT_NS
+    f_hi = step(hi) - target
+    while f_hi > 0 and hi < 64 * OP_EVENT_NS:
+        lo, f_lo, hi = hi, f_hi, hi * 4
+        f_hi = step(hi) - target
+    if f_hi > 0:
+        return hi, f_hi + target
+    best = (hi, f_hi)
+    side = 0
+    for _ in range(CALIBRATION_ROUNDS):
+        c = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        f = step(c) - target
+        if abs(f) < abs(best[1]):
+            best = (c, f)
+        if abs(f) <= CALIBRATION_TOLERANCE * target:
+            break
+        if f > 0:
+            lo, f_lo = c, f
+            if side == 1:
+                f_hi /= 2
+            side = 1
+        else:
+            hi, f_hi = c, f
+            if side == -1:
+                f_lo /= 2
+            side = -1
+    return best[0], best[1] + target
+
+
+def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
+    """report.json's `what_if` section and, per top-level finding id, its `what_if`."""
+    model = ctx.replay
+    if model.limits:
+        why = "; ".join(model.limits)
+        return ({"available": False, "limits": list(model.limits)},
+                {f.id: {"saving_ms": None, "why": f"the replay cannot model this trace: {why}"}
+                 for f in findings if not f.parent})
+    measure = measure_for(ctx)
+    profiled = measure.of(model, model.run())
+    cost = ProfilerCost(ctx, model)
+    target = _unprofiled_target_ns(ctx, measure)
+    default_world = model.run(overhead=cost.intervals(OP_EVENT_NS))
+    predicted = measure.of(model, default_world)
+    profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
+                "predicted_unprofiled_step_ms": _ms(predicted),
+                "measured_unprofiled_step_ms": _ms(target) if target else None,
+                "predicted_over_measured": round(predicted / target, 3) if target else None}
+    if target:
+        op_ns, world_step = _calibrate(model, measure, cost, target, profiled)
+        overhead = cost.intervals(op_ns)
+        profiler["calibrated_op_event_us"] = round(op_ns / 1e3, 3)
+        basis = "unprofiled"
+    else:
+        overhead, world_step = np.zeros((0, 3), np.int64), profiled
+        basis = "profiled"
+    node_gap, gap_source = graph_node_gap_ns(model)
+    busy = busy_per_step_ns(ctx, measure)
+
+    def fixed_step(fix: Fix) -> float:
+        if fix.as_graphs and measure.kind == "step":
+            return graph_steps_ns(ctx, model, measure, node_gap)
+        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead))
+
+    per_finding: dict[str, dict] = {}
+    fixes = []
+    for f in findings:
+        if f.parent:
+            continue
+        fix = getattr(f, "fix", None)
+        if fix is None:
+            per_finding[f.id] = {"saving_ms": None, "why": _no_fix_why(f)}
+            continue
+        fixes.append(fix)
+        after = min(fixed_step(fix), world_step)
+        per_finding[f.id] = _saving(world_step, after, fix, measure)
+    if any(fix.as_graphs for fix in fixes) and measure.kind == "step":
+        together = graph_steps_ns(ctx, model, measure, node_gap)
+    elif fixes:
+        removed = np.concatenate([fix.removed for fix in fixes])
+        no_wait = np.concatenate([fix.no_wait for fix in fixes])
+        together = measure.of(model, model.run(removed, no_wait, overhead))
+    else:
+        together = world_step
+    together = min(max(together, busy), world_step)
+    section = {
+        "available": True, "basis": basis, "measure": measure.kind, "step_label": measure.label,
+        "steps_used": int(len(measure.steps)), "step_ms": _ms(world_step), "profiled_step_ms": _ms(profiled),
+        "gpu_busy_per_step_ms": _ms(busy), "graph_node_gap_us": round(node_gap / 1e3, 3),
+        "graph_node_gap_source": gap_source, "profiler": profiler,
+        "all_fixed": {"fixed_step_ms": _ms(together), "saving_ms": _ms(world_step - together),
+                      "bound": "GPU busy time per step: no fix of the CPU side goes below it"},
+        "ranking": [fid for fid, w in sorted(per_finding.items(), key=lambda kv: -(kv[1]["saving_ms"] or -1))],
+        "definition": ("saving = the replayed step minus the replayed step with the finding's cause taken out, "
+                       + ("in the unprofiled world (the profiler's per-event cost calibrated to meta.json's "
+                          "unprofiled p50 and taken out first)" if basis == "unprofiled" else
+                          "in the trace's own (profiled) time: no unprofiled step time of the same steps to "
+                          "calibrate against")
+                       + "; step = " + ("the median GPU period of the repeated steps" if measure.kind == "step"
+                                        else "the GPU's span over the whole window")),
+    }
+    return section, per_finding
+
+
+def _saving(before: float, after: float, fix: Fix, measure: Measure) -> dict:
+    saving = before - after
+    return {"measure": measure.kind, "step_ms": _ms(before), "fixed_step_ms": _ms(after),
+            "saving_ms": _ms(saving), "saving_share": round(saving / before, 4) if before > 0 else None,
+            "fix": fix.what}
+
+
+def _no_fix_why(finding) -> str:
+    if finding.kind == "queued":
+        return "GPU-side waits between work already queued: no CPU-side change removes them"
+    if finding.kind == "launch_gap":
+        return "the window records CUDA-graph capture: a one-time cost the replay does not rebuild"
+    return "no fix the replay can model"
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 4)
