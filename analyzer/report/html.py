@@ -7,6 +7,7 @@ import json
 
 from analyzer.report.figures import _x, figure_dicts, window_start_us
 from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
+from analyzer.report.whatif_text import ranked, saving_cell, summary_line, what_if_line
 from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
 from analyzer.report.plotly_json import plotly_js, plotly_json
 from analyzer.units import fmt_bytes, fmt_factor, fmt_ms, fmt_pct, fmt_us, plural
@@ -105,7 +106,7 @@ def _header(report: dict) -> str:
         facts.append(f"profiler dilation <b>{esc(st.get('profiler_dilation'))}×</b> (step p50 "
                      f"{fmt_ms(st.get('profiled_p50'))} ms profiled vs {fmt_ms(st.get('unprofiled_p50'))} ms unprofiled)")
     out = [f"<header><h1>{esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
-    for line in (partition_line(report), trace_notes(report)):
+    for line in (partition_line(report), summary_line(report), trace_notes(report)):
         if line:
             out.append(f"<p class=run>{esc(line)}</p>")
     if run:
@@ -144,16 +145,19 @@ def _where(item: dict) -> str:
 
 def _findings_table(report: dict) -> str:
     rows = []
-    for n, f in numbered(report.get("findings") or []):
+    for n, f in numbered(ranked(report.get("findings") or [])):
         sev = f.get("severity")
         child = bool(f.get("parent"))
+        buys = what_if_line(f, report.get("what_if"))
         title = (("↳ " if child else "") + f"{esc(f.get('title'))}<details><summary>advice</summary><p>"
-                 f"{esc(f.get('advice'))}</p>{_context(f.get('detail', {}).get('context'))}</details>")
+                 f"{esc(f.get('advice'))}</p>" + (f"<p>{esc(buys)}</p>" if buys else "")
+                 + f"{_context(f.get('detail', {}).get('context'))}</details>")
         rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{esc(sev)}</span>",
-                     esc(f.get("kind")), title, _where(f),
-                     esc(f.get("count")), f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
-    return table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle (ms)"],
-                  rows, "findings")
+                     esc(f.get("kind")), title, _where(f), esc(f.get("count")),
+                     f"<span class=num>{esc(saving_cell(f))}</span>",
+                     f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
+    return table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "saving",
+                  "GPU idle (ms)"], rows, "findings")
 
 
 def _context(frames) -> str:

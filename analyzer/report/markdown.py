@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from analyzer.report.mdsafe import cell, code, finish, one_line
+from analyzer.report.whatif_text import ranked, saving_cell, summary_line, what_if_line
 from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us, plural
 
 MAX_CHARS = 60_000
@@ -85,6 +86,8 @@ def _header(report: dict) -> list[str]:
     lines = [title, "", headline(report), ""]
     if part := partition_line(report):
         lines += [part, ""]
+    if buys := summary_line(report):
+        lines += [buys, ""]
     by_cause = report["gaps"]["by_cause"]
     if any(by_cause.values()):
         lines += ["Idle time by cause: " + ", ".join(f"{k} {fmt_us(v)}" for k, v in by_cause.items() if v) + ".", ""]
@@ -155,14 +158,17 @@ def _findings(report: dict) -> list[str]:
     findings = report["findings"]
     if not findings:
         return ["No findings: nothing in this trace left the GPU measurably idle.", ""]
-    shown = numbered(findings)[:MAX_FINDINGS]
+    shown = numbered(ranked(findings))[:MAX_FINDINGS]
     rows = [[n, f["severity"], f["kind"], ("↳ " if f.get("parent") else "") + f["title"], where(f), f["count"],
-             fmt_us(f["impact_us"])] for n, f in shown]
-    lines = ["#### Findings (ranked by GPU idle time explained; ↳ rows refine the finding above them)", ""]
-    lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "GPU idle"], rows)
+             saving_cell(f), fmt_us(f["impact_us"])] for n, f in shown]
+    unit = "per step" if (report.get("what_if") or {}).get("measure") == "step" else "over the window"
+    lines = [f"#### Findings (ranked by what fixing each saves {unit}; ↳ rows refine the finding above them)", ""]
+    lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "saving",
+                     "GPU idle"], rows)
     lines.append("")
-    advice = [f"{n}. **{cell(f['title'])}** — {f['advice']}" for n, f in shown if not f.get("parent")]
-    return lines + _details("What to do about each finding", advice)
+    advice = [f"{n}. **{cell(f['title'])}** — {f['advice']} {what_if_line(f, report.get('what_if'))}".rstrip()
+              for n, f in shown if not f.get("parent")]
+    return lines + _details("What to do about each finding, and what it buys", advice)
 
 
 def _steps(report: dict) -> list[str]:

@@ -1,0 +1,88 @@
+"""Predicted against measured: what each fix buys, as the analyzer predicts it from the pathological run's trace alone,
+next to the saving measured on the GPU (meta.json fix_comparison: the run and its fixed twin timed in one process,
+interleaved; the paired savings' range is the noise band).
+
+    python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/*)
+
+Prints a Markdown table (the README's) and exits 1 if a prediction misses: outside both the noise band and 25% of
+the measured saving, or of the wrong sign (a fix whose band is all above zero must be predicted to save time; one
+whose band holds zero buys nothing measurable and must not be predicted above the band).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from analyzer import api  # noqa: E402
+
+TOLERANCE = 0.25
+# the finding each pathology script's fix removes: (kind, sync kind or None)
+FIXED = {"decode_item_sync": ("sync", "item"), "decode_print": ("sync", "print"),
+         "decode_alloc_churn": ("allocator_churn", None), "decode_fragmentation": ("allocator_churn", None),
+         "decode_host_work": ("host_work", None)}
+
+
+def fixed_finding(report: dict, meta: dict) -> dict | None:
+    """The top-level finding the twin fixes: launch overhead where the twin is the same script as a CUDA graph."""
+    comparison = meta["fix_comparison"]
+    if comparison.get("fixed_mode") == "cuda_graph" and meta["workload"].get("mode") != "cuda_graph":
+        kind, sub = "launch_gap", None
+    else:
+        kind, sub = FIXED.get(meta["workload"]["script"], (None, None))
+    mine = [f for f in report["findings"] if not f.get("parent") and f["kind"] == kind
+            and (sub is None or f["detail"].get("kind") == sub)]
+    return max(mine, key=lambda f: f["what_if"].get("saving_ms") or 0.0) if mine else None
+
+
+def row_for(run: Path) -> dict:
+    analysis = api.analyze(api.load(run, cache=False))
+    report, meta = analysis.report, analysis.trace.meta.data
+    comparison = meta["fix_comparison"]
+    finding = fixed_finding(report, meta)
+    predicted = finding["what_if"].get("saving_ms") if finding else None
+    measured = comparison["saving_ms"]
+    lo, hi = comparison["paired_saving_range_ms"]
+    row = {"run": run.name, "fix": (finding or {}).get("what_if", {}).get("fix", "–"),
+           "finding": finding["title"] if finding else None, "predicted_ms": predicted, "measured_ms": measured,
+           "band_ms": (lo, hi), "step_ms": comparison["step_ms"], "fixed_step_ms": comparison["fixed_step_ms"],
+           "basis": report["what_if"].get("basis")}
+    row["within"], row["sign_right"] = verdict(predicted, measured, lo, hi)
+    return row
+
+
+def verdict(predicted: float | None, measured: float, lo: float, hi: float) -> tuple[bool, bool]:
+    if predicted is None:
+        return False, False
+    within = lo <= predicted <= hi or abs(predicted - measured) <= TOLERANCE * abs(measured)
+    sign_right = predicted > 0 if lo > 0 else predicted <= max(hi, 0.0) if lo <= 0 <= hi else predicted <= 0
+    return within, sign_right
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| pair | fix the replay applies | predicted saving (ms/step) | measured (ms/step) | noise band (ms) "
+             "| measured step → fixed (ms) | verdict |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ok = r["within"] and r["sign_right"]
+        why = "within " + ("band" if r["band_ms"][0] <= (r["predicted_ms"] or 0) <= r["band_ms"][1] else "25%") \
+            if ok else ("wrong sign" if not r["sign_right"] else "missed")
+        lines.append(f"| `{r['run']}` | {r['fix']} | {_num(r['predicted_ms'])} | {_num(r['measured_ms'])} "
+                     f"| {_num(r['band_ms'][0])} … {_num(r['band_ms'][1])} "
+                     f"| {_num(r['step_ms'])} → {_num(r['fixed_step_ms'])} | {why} |")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def main(argv: list[str]) -> int:
+    runs = [Path(a) for a in argv] or sorted(p for p in (REPO / "tests/fixtures/h200_whatif").iterdir() if p.is_dir())
+    rows = [row_for(run) for run in runs]
+    print(table(rows))
+    return 0 if all(r["within"] and r["sign_right"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
