@@ -18,7 +18,7 @@ import numpy as np
 
 from analyzer.errors import UsageError
 from analyzer.report.assemble import REPORT_SCHEMA, assemble_report
-from analyzer.report.diff import compare, render_diff_markdown
+from analyzer.report.diff import compare, predicted_text, render_diff_markdown
 from analyzer.report.verdict import is_improvement
 from analyzer.report.files import write_reports
 from analyzer.report.figures import mem_unit, window_start_us
@@ -26,6 +26,7 @@ from analyzer.report.lanes_cache import load_lanes, save_lanes
 from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
                                    TimelineView)
 from analyzer.report.markdown import numbered
+from analyzer.report.whatif_text import ranked, saving_cell, what_if_line
 from analyzer.report.plotly_json import packed
 from analyzer.trace import TraceError, TraceModel, load_trace
 from analyzer.trace.inputs import TraceInput, is_trace_file, latest_run, resolve_inputs, trace_stem
@@ -37,8 +38,9 @@ from analyzer.views.idle import CAUSES
 __all__ = [
     "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
     "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "is_improvement", "find", "is_trace_file",
-    "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "read_meta", "render",
-    "render_diff_markdown", "timeline", "trace_stem", "views", "window_start_us", "write", "write_reports",
+    "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "render",
+    "render_diff_markdown", "saving_cell", "timeline", "trace_stem", "views", "what_if_line", "window_start_us",
+    "write", "write_reports",
 ]
 
 

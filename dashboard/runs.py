@@ -65,6 +65,7 @@ class RunRow:
     busy_us: float | None = None
     idle_by_cause: dict[str, float] = dataclasses.field(default_factory=dict)  # µs per cause, from the report
     other_finding: dict | None = None  # the largest top-level finding that is not launch overhead
+    best_saving: dict | None = None  # the top-level finding whose fix saves the most
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -528,4 +529,15 @@ def _summary_of(report: dict) -> dict:
             "idle_by_cause": {c: float(v) for c, v in ((report.get("gaps") or {}).get("by_cause") or {}).items()
                               if v},
             "other_finding": {k: other.get(k) for k in ("id", "kind", "title", "severity", "impact_us")}
-            if other else None}
+            if other else None, "best_saving": _best_saving(findings)}
+
+
+def _best_saving(findings: list[dict]) -> dict | None:
+    """The top-level finding whose fix saves the most (report.json what_if), for the run list."""
+    priced = [f for f in findings if not f.get("parent") and (f.get("what_if") or {}).get("saving_ms") is not None]
+    best = max(priced, key=lambda f: f["what_if"]["saving_ms"], default=None)
+    if best is None:
+        return None
+    return {"id": best.get("id"), "kind": best.get("kind"), "title": best.get("title"),
+            "severity": best.get("severity"), "saving_ms": best["what_if"]["saving_ms"],
+            "saving_share": best["what_if"].get("saving_share"), "measure": best["what_if"].get("measure")}

@@ -60,7 +60,8 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
                          "title_before": before and before["title"], "title_after": after and after["title"],
                          "impact_before_us": before and before["impact_us"],
                          "impact_after_us": after and after["impact_us"],
-                         "count_before": before and before["count"], "count_after": after and after["count"]})
+                         "count_before": before and before["count"], "count_after": after and after["count"],
+                         "saving_before_ms": _saving(before), "saving_after_ms": _saving(after)})
     order = {"fixed": 0, "new": 1, "changed": 2, "unchanged": 3}
     findings.sort(key=lambda f: (order[f["status"]], -max(f["impact_before_us"] or 0, f["impact_after_us"] or 0)))
     sa, sb = a["summary"], b["summary"]
@@ -91,6 +92,17 @@ def compare(name_a: str, a: dict, name_b: str, b: dict) -> dict:
     return d
 
 
+def _saving(finding: dict | None) -> float | None:
+    """What the report predicted fixing this finding saves (ms per step, or over the window)."""
+    return ((finding or {}).get("what_if") or {}).get("saving_ms")
+
+
+def predicted_text(f: dict) -> str:
+    """A fixed finding's predicted saving (from the run before), to read next to the measured change."""
+    value = f.get("saving_before_ms") if f["status"] == "fixed" else None
+    return "–" if value is None else f"{fmt_us(value * 1e3)}"
+
+
 def _allocator_value(report: dict, key: str):
     """A peak is unknown (None), not 0, in a trace without [memory] events (captured without profile_memory)."""
     al = report["allocator"]
@@ -115,13 +127,13 @@ def render_diff_markdown(d: dict) -> str:
              f"median step {_change(d['per_step_median']['wall_us']['before'], d['per_step_median']['wall_us']['after'], fmt_us)}"
              f" (profiled); unprofiled step p50 "
              f"{_change(s['step_unprofiled_p50_us']['before'], s['step_unprofiled_p50_us']['after'], fmt_us)}.", "",
-             "| finding | status | call site | GPU idle | count |", "|---|---|---|---|---|"]
+             "| finding | status | call site | GPU idle | count | predicted saving |", "|---|---|---|---|---|---|"]
     for f in d["findings"]:
         title = cell(f["title_after"] or f["title_before"])
         lines.append(f"| {title} | **{f['status']}** | {cell(code(f['call_site']))} | "
                      f"{_change(f['impact_before_us'], f['impact_after_us'], fmt_us)} | "
                      f"{f['count_before'] if f['count_before'] is not None else '–'} → "
-                     f"{f['count_after'] if f['count_after'] is not None else '–'} |")
+                     f"{f['count_after'] if f['count_after'] is not None else '–'} | {predicted_text(f)} |")
     lines += ["", "| per step (median) | before | after |", "|---|---|---|"]
     for k, v in d["per_step_median"].items():
         fmt = str if k == "steps" else fmt_us

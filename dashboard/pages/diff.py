@@ -8,7 +8,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
-from analyzer.api import compare, is_improvement, render_diff_markdown
+from analyzer.api import compare, is_improvement, predicted_text, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
@@ -80,12 +80,16 @@ def _summary_table(d: dict) -> html.Table:
 def _findings_table(d: dict) -> html.Table | html.P:
     if not d["findings"]:
         return html.P("Neither run has findings.", className="empty")
-    head = html.Thead(html.Tr([html.Th(h) for h in ("status", "finding", "call site", "GPU idle", "count")]))
+    head = html.Thead(html.Tr([html.Th(h, title=t) for h, t in (
+        ("status", None), ("finding", None), ("call site", None), ("GPU idle", None), ("count", None),
+        ("predicted saving", "for a fixed finding: what the run before predicted fixing it saves per step; the "
+                             "measured change is the step time above"))]))
     rows = [html.Tr([html.Td(badge(f["status"], STATUS_COLORS[f["status"]])),
                      html.Td(f["title_after"] or f["title_before"]),
                      html.Td(html.Code(f["call_site"] or "–")),
                      html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us, "gpu_idle_us")),
-                     html.Td(_change(f["count_before"], f["count_after"], str))],
+                     html.Td(_change(f["count_before"], f["count_after"], str)),
+                     html.Td(predicted_text(f), className="num")],
                     className=f"diff-finding {f['status']}", **{"data-status": f["status"]})
             for f in d["findings"]]
     return html.Table([head, html.Tbody(rows)], className="findings")

@@ -11,7 +11,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
-from analyzer.api import TimelineData, numbered
+from analyzer.api import TimelineData, numbered, ranked, saving_cell, what_if_line
 from analyzer.units import fmt_pct, fmt_us, plural
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
                                timeline_figure)
@@ -217,8 +217,11 @@ def finding_href(run_id: str, finding_id: str, occ: int | None = None) -> str:
 
 
 FINDING_COLUMNS = (("#", "col-num"), ("severity", "col-sev"), ("finding", "col-title"),
-                   ("your code → library", "col-site"), ("count", "col-count"), ("GPU idle", "col-idle"),
-                   ("", "col-link"))
+                   ("your code → library", "col-site"), ("count", "col-count"), ("saving", "col-saving"),
+                   ("GPU idle", "col-idle"), ("", "col-link"))
+COLUMN_TITLES = {"saving": "what fixing it buys: the step time saved when the trace is replayed without this "
+                           "finding's cause (– : no estimate; hover the finding's detail for why)",
+                 "GPU idle": "the GPU idle time this finding explains"}
 
 
 def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
@@ -227,15 +230,18 @@ def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
     if not findings:
         return html.P("No findings: nothing in this trace explains a significant share of GPU idle time.",
                       className="empty")
-    head = html.Thead(html.Tr([html.Th(h, className=c) for h, c in FINDING_COLUMNS]))
-    numbers = [n for n, _ in numbered(findings)]
+    head = html.Thead(html.Tr([html.Th(h, className=c, title=COLUMN_TITLES.get(h)) for h, c in FINDING_COLUMNS]))
+    order = ranked(findings)  # by saving; a row's index stays its position in report.json
+    position = {id(f): i for i, f in enumerate(findings)}
     rows = []
-    for i, f in enumerate(findings):
+    for n, f in numbered(order):
+        i = position[id(f)]
         title = ("↳ " if f.get("parent") else "") + f["title"]
         rows.append(html.Tr([
-            html.Td(numbers[i]), html.Td(severity_badge(f["severity"])),
+            html.Td(n), html.Td(severity_badge(f["severity"])),
             html.Td(title, title=f"{f['kind']}: {f['title']}", className="title"), _where_cell(f),
-            html.Td(str(f.get("count", "–")), className="num"), html.Td(fmt_us(f.get("impact_us")), className="num"),
+            html.Td(str(f.get("count", "–")), className="num"), html.Td(saving_cell(f), className="num saving"),
+            html.Td(fmt_us(f.get("impact_us")), className="num"),
             html.Td(html.A("link", href=finding_href(run_id, f["id"]), className="permalink",
                            title="a link to this finding, to paste into an issue"))],
             id={"type": FINDING, "index": i, "kind": f["kind"]}, n_clicks=0,
@@ -256,6 +262,7 @@ def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData |
     out = [html.H3(f["title"]),
            html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
                    f" · GPU idle {fmt_us(f.get('impact_us'))} · count {f.get('count', '–')}"]),
+           *([html.P(what_if_line(f, None), className="what-if")] if what_if_line(f, None) else []),
            html.P([html.B("call site "), html.Code(f.get("call_site") or "–")]
                   + ([html.B(" library "), html.Code(f["library_site"])] if f.get("library_site") else []))]
     if detail.get("context"):

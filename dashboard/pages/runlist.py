@@ -13,14 +13,17 @@ from dashboard.pages.common import error_card, run_href, severity_badge, window_
 from dashboard.runs import RunRow, RunStore
 
 HEADERS = ("", "run", "workload", "model · device", "captured", "GPU utilization", "where the window went",
-           "largest finding besides launch overhead")
+           "biggest saving", "largest finding besides launch overhead")
 HEADER_TITLES = {"where the window went": "the profiled window: GPU busy, then GPU idle by cause (hover for each)",
+                 "biggest saving": "the fix that buys the most: the step time it saves (the trace replayed without "
+                                   "that finding's cause)",
                  "largest finding besides launch overhead": "nearly every eager run is launch-bound: the largest "
                                                             "top-level finding of another kind tells runs apart"}
 PICK = "pick-run"
 POLL_MS = 1500  # while runs are analyzed in the background
 SORTS = {"newest": "newest first", "oldest": "oldest first", "util-low": "lowest GPU utilization first",
-         "util-high": "highest GPU utilization first", "workload": "workload, A to Z"}
+         "util-high": "highest GPU utilization first", "saving": "biggest saving first",
+         "workload": "workload, A to Z"}
 
 
 def _row(r: RunRow) -> html.Tr:
@@ -31,18 +34,29 @@ def _row(r: RunRow) -> html.Tr:
              html.Td(r.created or "–", className="created")]
     marks = {"data-run": r.run.run_id, "data-status": r.status}
     if r.status == "error":
-        return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=3)],
+        return html.Tr([pick, run_cell, *facts, html.Td(error_card(r.error, title="cannot analyze"), colSpan=4)],
                        className="run-row error", **marks)
     if r.status in ("not analyzed", "queued", "analyzing"):
         text = {"analyzing": "analyzing…", "queued": "queued"}.get(r.status, r.status)
         cells = [html.Td(html.Span(text, className=f"muted {r.status.replace(' ', '-')}",
                                    title="analyzed in the background (or when you open it)")), html.Td("–"),
-                 html.Td("–")]
+                 html.Td("–"), html.Td("–")]
     else:
         cells = [html.Td(fmt_pct(r.utilization), className="num util"),
                  html.Td(window_bar(r.busy_us, r.idle_by_cause, r.window_us), className="bar-cell"),
+                 html.Td(_best_saving(r), className="best-saving"),
                  html.Td(_other_finding(r), className="other-finding")]
     return html.Tr([pick, run_cell, *facts, *cells], className="run-row", **marks)
+
+
+def _best_saving(r: RunRow) -> list | html.Span:
+    b = r.best_saving
+    if not b:
+        return html.Span("no estimate", className="muted")
+    unit = "/step" if b.get("measure") == "step" else " of the window"
+    share = f" ({b['saving_share']:.0%})" if b.get("saving_share") is not None else ""
+    return [html.Span(f"{fmt_us(b['saving_ms'] * 1e3)}{unit}{share}", className="impact"), " ",
+            html.Span(b.get("title") or "", className="finding-title", title=b.get("title") or "")]
 
 
 def _other_finding(r: RunRow) -> list | html.Span:
@@ -55,8 +69,9 @@ def _other_finding(r: RunRow) -> list | html.Span:
 
 def _text(r: RunRow) -> str:
     other = (r.other_finding or {}).get("title")
+    best = (r.best_saving or {}).get("title")
     return " ".join(str(x) for x in (r.run.run_id, r.workload, r.model, r.device, r.created, r.top_finding, other,
-                                     r.error) if x).lower()
+                                     best, r.error) if x).lower()
 
 
 def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[RunRow]:
@@ -70,6 +85,9 @@ def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[
         known = [r for r in rows if r.utilization is not None]
         known.sort(key=lambda r: r.utilization, reverse=sort == "util-high")
         return known + [r for r in rows if r.utilization is None]
+    if sort == "saving":
+        priced = [r for r in rows if r.best_saving]
+        return sorted(priced, key=lambda r: -r.best_saving["saving_ms"]) + [r for r in rows if not r.best_saving]
     if sort == "workload":
         return sorted(rows, key=lambda r: (r.workload or "").lower())
     return rows
