@@ -203,7 +203,7 @@ def _sync_fix(ctx: AnalysisContext, kind: str, groups: list[list[int]]) -> Fix:
     waits = [r for g, span in zip(groups, spans) if not span for r in g]
     what = {"print": "the prints removed", "item": "the .item() calls removed",
             "copy_to_host": "the device-to-host reads removed", "explicit_sync": "the synchronize calls removed"}
-    return Fix(what.get(kind, f"the {LABEL[kind]} no longer waits for the GPU (its work still runs)"),
+    return Fix(what.get(kind, f"the {LABEL[kind]} calls no longer waiting for the GPU (their work still runs)"),
                np.asarray(whole, np.int64).reshape(-1, 3), np.asarray(waits, np.int64))
 
 

@@ -46,9 +46,13 @@ def what_if_line(finding: dict, section: dict | None) -> str:
         return f"What fixing it buys: no estimate ({w.get('why')})."
     unit = "per step" if w.get("measure") == "step" else "over the window"
     world = " unprofiled" if (section or {}).get("basis") == "unprofiled" else ""
-    return (f"What fixing it buys: with {w['fix']}, the{world} {'step' if w.get('measure') == 'step' else 'window'} "
+    line = (f"What fixing it buys: with {w['fix']}, the{world} {'step' if w.get('measure') == 'step' else 'window'} "
             f"goes from {ms(w['step_ms'])} to {ms(w['fixed_step_ms'])} "
             f"(saves {ms(w['saving_ms'])} {unit}).")
+    if (w.get("kept_cost_ms") or 0) > (w.get("saving_ms") or 0):
+        line += (f" The blocking calls spent {ms(w['kept_cost_ms'])} after the GPU work they waited for was done "
+                 f"(their own cost, or a wait on something the trace does not show): that time stays.")
+    return line
 
 
 def summary_line(report: dict) -> str | None:

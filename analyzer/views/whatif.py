@@ -222,6 +222,11 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         fixes.append(fix)
         after = min(fixed_step(fix), world_step)
         per_finding[f.id] = _saving(world_step, after, fix, measure)
+        if fix.as_graphs and measure.kind != "step":
+            per_finding[f.id]["fix"] = "the launch gaps' CPU time taken out (no repeated steps to replay as graphs)"
+        kept = model.sync_cost_ns[np.isin(model.sync_rows, fix.no_wait)].sum() if len(fix.no_wait) else 0
+        if kept:
+            per_finding[f.id]["kept_cost_ms"] = _ms(kept)  # the blocking calls' own time, after the GPU was done
     if any(fix.as_graphs for fix in fixes) and measure.kind == "step":
         together = graph_steps_ns(ctx, model, measure, node_gap)
     elif fixes:
