@@ -89,11 +89,12 @@ class ReplayModel:
         return (f"ReplayModel(activities={len(self.rows)}, streams={len(self.stream_device)}, threads={len(self.tids)}, "
                 f"blocking={len(self.sync_rows)}, limits={self.limits})")
 
-    def run(self, removed=(), no_wait=(), overhead=()) -> Replayed:
+    def run(self, removed=(), no_wait=(), overhead=(), cpu: bool = True) -> Replayed:
         """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
         thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
         stays). A blocking call that starts inside a removed interval goes with it, wait included. `overhead`:
-        intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost)."""
+        intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost). With
+        cpu=False only the GPU side and the steps' GPU periods are computed (the CPU times stay None)."""
         if self.limits:
             return Replayed(self.limits)
         removed = np.asarray(removed, np.int64).reshape(-1, 3)
@@ -119,6 +120,9 @@ class ReplayModel:
         gpu_start, gpu_end = self.gpu_start_ns.copy(), self.gpu_end_ns.copy()
         gpu_end[self.rows] = ends
         gpu_start[self.rows] = ends - self.duration_ns
+        periods = self._periods(ends - self.duration_ns, ends)
+        if not cpu:
+            return Replayed((), gpu_start, gpu_end, step_gpu_period_ns=periods)
         blocking = [(self.sync_thread[active] == code) for code in range(len(self.tids))]
 
         def cpu_times(code: int, t: np.ndarray) -> np.ndarray:
@@ -136,8 +140,15 @@ class ReplayModel:
         wall = self.step_hi_ns - self.step_lo_ns
         if self.step_thread >= 0:
             wall = cpu_times(self.step_thread, self.step_hi_ns) - cpu_times(self.step_thread, self.step_lo_ns)
-        return Replayed((), gpu_start, gpu_end, rt_start, rt_end, self._periods(ends - self.duration_ns, ends),
-                        wall)
+        return Replayed((), gpu_start, gpu_end, rt_start, rt_end, periods, wall)
+
+    def unchanged(self) -> Replayed:
+        """What run() with nothing taken out gives (the trace's own times), without replaying."""
+        if self.limits:
+            return Replayed(self.limits)
+        return Replayed((), self.gpu_start_ns, self.gpu_end_ns, self.runtime_start_ns, self.runtime_end_ns,
+                        self._periods(self.gpu_start_ns[self.rows], self.gpu_end_ns[self.rows]),
+                        self.step_hi_ns - self.step_lo_ns)
 
     def _cuts(self, removed: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per thread code: the removed intervals merged, as (starts, ends, time removed before each)."""
@@ -160,6 +171,15 @@ class ReplayModel:
                 mine = self.thread == code
                 ready[mine] -= _removed_before(cut, self.launch_ns[mine])
         sync_start_orig = self.sync_start_ns[active]
+        # the removed time before each blocking call's start and end, on its thread (one search per thread)
+        before_start = np.zeros(len(active), np.int64)
+        before_end = np.zeros(len(active), np.int64)
+        codes = self.sync_thread[active]
+        for code in distinct(codes).tolist():
+            if len(cuts[code][0]):
+                mine = codes == code
+                before_start[mine] = _removed_before(cuts[code], sync_start_orig[mine])
+                before_end[mine] = _removed_before(cuts[code], self.sync_end_ns[active][mine])
         chunk = _chunks(self.launch_ns, self.stream, sync_start_orig)
         order = np.argsort(chunk, kind="stable")  # chunk by chunk, each stream in order within a chunk
         ch, st, d = chunk[order], self.stream[order], self.duration_ns[order]
@@ -190,10 +210,10 @@ class ReplayModel:
                 break
             k = active[j]
             code, s0, e0 = self.sync_thread[k], self.sync_start_ns[k], self.sync_end_ns[k]
-            new_start[j] = s0 - _removed_before(cuts[code], s0) + shift[code]
+            new_start[j] = s0 - before_start[j] + shift[code]
             done = reach[self.sync_scopes[k]].max(initial=NEVER)
             new_end[j] = max(new_start[j], done - self.sync_skew_ns[k]) + self.sync_cost_ns[k]
-            shift[code] = new_end[j] - e0 + _removed_before(cuts[code], e0)
+            shift[code] = new_end[j] - e0 + before_end[j]
             shift_after[j] = shift[code]
         out = np.empty(len(order), np.int64)
         out[order] = ends

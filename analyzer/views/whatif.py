@@ -112,16 +112,25 @@ class ProfilerCost:
         self.by_thread = []
         ops, frames = ctx.model.ops, ctx.model.frames
         for tid in model.tids.tolist():
-            op_t = ops.start_ns[ops.tid == tid]
-            py_t = frames.start_ns[frames.tid == tid]
-            self.by_thread.append((tid, np.concatenate([op_t, py_t]),
-                                   np.r_[np.ones(len(op_t), bool), np.zeros(len(py_t), bool)]))
+            t = np.concatenate([ops.start_ns[ops.tid == tid], frames.start_ns[frames.tid == tid]])
+            is_op = np.r_[np.ones(int((ops.tid == tid).sum()), bool), np.zeros(len(t) - int((ops.tid == tid).sum()),
+                                                                              bool)]
+            order = np.argsort(t, kind="stable")
+            self.by_thread.append((tid, t[order], is_op[order]))
 
     def intervals(self, op_ns: float) -> np.ndarray:
-        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults'."""
+        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults': per
+        thread, sorted and merged (the events are in time order, so a running maximum merges them)."""
         py_ns = int(op_ns * PY_EVENT_NS / OP_EVENT_NS)
-        out = [np.stack([np.full(len(t), tid), t, t + np.where(is_op, int(op_ns), py_ns)], axis=1)
-               for tid, t, is_op in self.by_thread if len(t)]
+        out = []
+        for tid, t, is_op in self.by_thread:
+            if not len(t):
+                continue
+            end = np.maximum.accumulate(t + np.where(is_op, int(op_ns), py_ns))
+            new = np.r_[True, t[1:] > end[:-1]]
+            first = np.flatnonzero(new)
+            last = np.r_[first[1:], len(t)] - 1
+            out.append(np.stack([np.full(len(first), tid), t[first], end[last]], axis=1))
         return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 3), np.int64)
 
 
@@ -138,31 +147,32 @@ def _unprofiled_target_ns(ctx, measure: Measure) -> float | None:
     return float(p50) * 1e6
 
 
-def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, profiled: float):
+def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, profiled: float,
+               default: float):
     """The per-op cost whose removal brings the replayed step to the target: regula falsi (Illinois) on
-    f(c) = step(c) - target, which falls as c grows. Returns (cost, step) at the best point found."""
+    f(c) = step(c) - target, which falls as c grows, from the two points already replayed (no cost, the default
+    cost). Returns (cost, step) at the best point found."""
     def step(c: float) -> float:
-        return measure.of(model, model.run(overhead=cost.intervals(c)))
+        return measure.of(model, model.run(overhead=cost.intervals(c), cpu=False))
 
     lo, f_lo = 0.0, profiled - target
     if f_lo <= 0:
         return 0.0, profiled
-    hi = 4.0 * OP_EVENT_NS
-    f_hi = step(hi) - target
+    hi, f_hi = float(OP_EVENT_NS), default - target
     while f_hi > 0 and hi < 64 * OP_EVENT_NS:
         lo, f_lo, hi = hi, f_hi, hi * 4
         f_hi = step(hi) - target
     if f_hi > 0:
         return hi, f_hi + target
-    best = (hi, f_hi)
+    best = (hi, f_hi) if abs(f_hi) < abs(f_lo) else (lo, f_lo)
     side = 0
     for _ in range(CALIBRATION_ROUNDS):
+        if abs(best[1]) <= CALIBRATION_TOLERANCE * target:
+            break
         c = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
         f = step(c) - target
         if abs(f) < abs(best[1]):
             best = (c, f)
-        if abs(f) <= CALIBRATION_TOLERANCE * target:
-            break
         if f > 0:
             lo, f_lo = c, f
             if side == 1:
@@ -185,17 +195,17 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                 {f.id: {"saving_ms": None, "why": f"the replay cannot model this trace: {why}"}
                  for f in findings if not f.parent})
     measure = measure_for(ctx)
-    profiled = measure.of(model, model.run())
+    profiled = measure.of(model, model.unchanged())
     cost = ProfilerCost(ctx, model)
     target = _unprofiled_target_ns(ctx, measure)
-    default_world = model.run(overhead=cost.intervals(OP_EVENT_NS))
+    default_world = model.run(overhead=cost.intervals(OP_EVENT_NS), cpu=False)
     predicted = measure.of(model, default_world)
     profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
                 "predicted_unprofiled_step_ms": _ms(predicted),
                 "measured_unprofiled_step_ms": _ms(target) if target else None,
                 "predicted_over_measured": round(predicted / target, 3) if target else None}
     if target:
-        op_ns, world_step = _calibrate(model, measure, cost, target, profiled)
+        op_ns, world_step = _calibrate(model, measure, cost, target, profiled, predicted)
         overhead = cost.intervals(op_ns)
         profiler["calibrated_op_event_us"] = round(op_ns / 1e3, 3)
         basis = "unprofiled"
@@ -208,7 +218,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     def fixed_step(fix: Fix) -> float:
         if fix.as_graphs and measure.kind == "step":
             return graph_steps_ns(ctx, model, measure, node_gap)
-        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead))
+        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False))
 
     per_finding: dict[str, dict] = {}
     fixes = []
@@ -232,7 +242,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     elif fixes:
         removed = np.concatenate([fix.removed for fix in fixes])
         no_wait = np.concatenate([fix.no_wait for fix in fixes])
-        together = measure.of(model, model.run(removed, no_wait, overhead))
+        together = measure.of(model, model.run(removed, no_wait, overhead, cpu=False))
     else:
         together = world_step
     together = min(max(together, busy), world_step)
