@@ -93,7 +93,8 @@ class ReplayModel:
         """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
         thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
         stays). A blocking call that starts inside a removed interval goes with it, wait included. `overhead`:
-        intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost). With
+        intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost), or the
+        same already cut (`cut(intervals)`, to replay one overhead with many fixes). With
         cpu=False only the GPU side and the steps' GPU periods are computed (the CPU times stay None)."""
         if self.limits:
             return Replayed(self.limits)
@@ -111,9 +112,11 @@ class ReplayModel:
             extra = np.stack([self.tids[self.sync_thread[waits]], self.sync_start_ns[waits],
                               self.sync_start_ns[waits] + self.sync_wait_ns[waits]], axis=1)
             removed = np.concatenate([removed, extra])
-        overhead = np.asarray(overhead, np.int64).reshape(-1, 3)
-        if drop.any() or len(overhead):
-            cuts = self._cuts(np.concatenate([removed, overhead]))
+        if drop.any():
+            cuts = self._cuts(removed)
+        if not isinstance(overhead, list):
+            overhead = self.cut(overhead)
+        cuts = [_union(mine, other) for mine, other in zip(cuts, overhead)]
         active = np.flatnonzero(~drop)
         ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active)
 
@@ -149,6 +152,10 @@ class ReplayModel:
         return Replayed((), self.gpu_start_ns, self.gpu_end_ns, self.runtime_start_ns, self.runtime_end_ns,
                         self._periods(self.gpu_start_ns[self.rows], self.gpu_end_ns[self.rows]),
                         self.step_hi_ns - self.step_lo_ns)
+
+    def cut(self, intervals) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(tid, start_ns, end_ns) intervals merged per thread code, as run() takes `overhead`."""
+        return self._cuts(np.asarray(intervals, np.int64).reshape(-1, 3))
 
     def _cuts(self, removed: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per thread code: the removed intervals merged, as (starts, ends, time removed before each)."""
@@ -195,26 +202,34 @@ class ReplayModel:
         by_chunk = np.searchsorted(ch[group_start], np.arange(len(active) + 2), side="left")
 
         ends = np.empty(len(order), np.int64)
-        last_end = np.full(len(self.stream_device), NEVER, np.int64)
+        last_end = [NEVER] * len(self.stream_device)
         reach = np.full(len(self.stream_device), NEVER, np.int64)  # the latest end so far per stream
         new_start = np.empty(len(active), np.int64)
         new_end = np.empty(len(active), np.int64)
         shift_after = np.empty(len(active), np.int64)
+        # the loop runs once per blocking call: plain Python values where it reads scalars
+        bounds = by_chunk.tolist()
+        g_start, g_end, g_stream = group_start.tolist(), group_end.tolist(), st[group_start].tolist()
+        code_l, skew_l, cost_l = (codes.tolist(), self.sync_skew_ns[active].tolist(),
+                                  self.sync_cost_ns[active].tolist())
+        s0_l = (sync_start_orig - before_start).tolist()
+        e0_l = (self.sync_end_ns[active] - before_end).tolist()
+        scopes = [self.sync_scopes[k] for k in active.tolist()]
         for j in range(len(active) + 1):
-            for g in range(by_chunk[j], by_chunk[j + 1]):
-                a, b, s = group_start[g], group_end[g], st[group_start[g]]
+            for g in range(bounds[j], bounds[j + 1]):
+                a, b, s = g_start[g], g_end[g], g_stream[g]
                 e = c[a:b] + np.maximum(np.maximum.accumulate(x[a:b] + shift[th[a:b]]), last_end[s])
                 ends[a:b] = e
-                last_end[s], reach[s] = e[-1], max(reach[s], e.max())
+                last_end[s] = int(e[-1])
+                reach[s] = max(reach[s], e.max())
             if j == len(active):
                 break
-            k = active[j]
-            code, s0, e0 = self.sync_thread[k], self.sync_start_ns[k], self.sync_end_ns[k]
-            new_start[j] = s0 - before_start[j] + shift[code]
-            done = reach[self.sync_scopes[k]].max(initial=NEVER)
-            new_end[j] = max(new_start[j], done - self.sync_skew_ns[k]) + self.sync_cost_ns[k]
-            shift[code] = new_end[j] - e0 + before_end[j]
-            shift_after[j] = shift[code]
+            code = code_l[j]
+            start = s0_l[j] + int(shift[code])
+            done = int(reach[scopes[j]].max(initial=NEVER))
+            end = max(start, done - skew_l[j]) + cost_l[j]
+            new_start[j], new_end[j] = start, end
+            shift[code] = shift_after[j] = end - e0_l[j]
         out = np.empty(len(order), np.int64)
         out[order] = ends
         return out, new_start, new_end, shift_after
@@ -234,6 +249,16 @@ class ReplayModel:
         nxt = with_gpu[np.minimum(after, len(with_gpu) - 1)] if len(with_gpu) else np.zeros(n, np.int64)
         period = np.where(has_next, lo[nxt] - lo, hi - lo) if len(with_gpu) else np.zeros(n, np.int64)
         return np.where(hi >= lo, period, -1)
+
+
+def _union(a, b):
+    """Two threads' cuts as one."""
+    if not len(b[0]):
+        return a
+    if not len(a[0]):
+        return b
+    s, e = merge_intervals(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    return s, e, np.cumsum(e - s) - (e - s)
 
 
 def _removed_before(cut, t):

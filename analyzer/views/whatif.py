@@ -22,7 +22,8 @@ PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on 
 OP_EVENT_NS = 3_500  # profiler cost of one recorded op, where no unprofiled measurement calibrates it
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
 CALIBRATION_ROUNDS = 8
-CALIBRATION_TOLERANCE = 0.01
+MAX_OP_EVENT_NS = 250_000  # beyond any profiler's cost per op: a step that will not come down is not dilation
+CALIBRATION_TOLERANCE = 0.015
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -112,26 +113,26 @@ class ProfilerCost:
         self.by_thread = []
         ops, frames = ctx.model.ops, ctx.model.frames
         for tid in model.tids.tolist():
-            t = np.concatenate([ops.start_ns[ops.tid == tid], frames.start_ns[frames.tid == tid]])
-            is_op = np.r_[np.ones(int((ops.tid == tid).sum()), bool), np.zeros(len(t) - int((ops.tid == tid).sum()),
-                                                                              bool)]
+            op_t, py_t = ops.start_ns[ops.tid == tid], frames.start_ns[frames.tid == tid]
+            t = np.concatenate([op_t, py_t])
             order = np.argsort(t, kind="stable")
-            self.by_thread.append((tid, t[order], is_op[order]))
+            self.by_thread.append((tid, t[order], order < len(op_t)))
 
-    def intervals(self, op_ns: float) -> np.ndarray:
-        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults': per
-        thread, sorted and merged (the events are in time order, so a running maximum merges them)."""
+    def cut(self, op_ns: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults', per
+        thread code of the replay model, as ReplayModel.cut gives it: merged and sorted (the events are in time
+        order, so a running maximum merges them)."""
         py_ns = int(op_ns * PY_EVENT_NS / OP_EVENT_NS)
         out = []
-        for tid, t, is_op in self.by_thread:
+        for _, t, is_op in self.by_thread:
             if not len(t):
+                out.append((t, t, t))
                 continue
             end = np.maximum.accumulate(t + np.where(is_op, int(op_ns), py_ns))
-            new = np.r_[True, t[1:] > end[:-1]]
-            first = np.flatnonzero(new)
-            last = np.r_[first[1:], len(t)] - 1
-            out.append(np.stack([np.full(len(first), tid), t[first], end[last]], axis=1))
-        return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 3), np.int64)
+            first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
+            s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
+            out.append((s, e, np.cumsum(e - s) - (e - s)))
+        return out
 
 
 def _unprofiled_target_ns(ctx, measure: Measure) -> float | None:
@@ -151,35 +152,35 @@ def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target:
                default: float):
     """The per-op cost whose removal brings the replayed step to the target: regula falsi (Illinois) on
     f(c) = step(c) - target, which falls as c grows, from the two points already replayed (no cost, the default
-    cost). Returns (cost, step) at the best point found."""
-    def step(c: float) -> float:
-        return measure.of(model, model.run(overhead=cost.intervals(c), cpu=False))
+    cost), the bracket widened fourfold until it holds the root. Returns (cost, step) at the best point found."""
+    def f(c: float) -> float:
+        return measure.of(model, model.run(overhead=cost.cut(c), cpu=False)) - target
 
     lo, f_lo = 0.0, profiled - target
     if f_lo <= 0:
         return 0.0, profiled
     hi, f_hi = float(OP_EVENT_NS), default - target
-    while f_hi > 0 and hi < 64 * OP_EVENT_NS:
-        lo, f_lo, hi = hi, f_hi, hi * 4
-        f_hi = step(hi) - target
+    while f_hi > 0 and hi < MAX_OP_EVENT_NS:
+        lo, f_lo, hi = hi, f_hi, min(hi * 4, MAX_OP_EVENT_NS)
+        f_hi = f(hi)
     if f_hi > 0:
         return hi, f_hi + target
-    best = (hi, f_hi) if abs(f_hi) < abs(f_lo) else (lo, f_lo)
+    best = min(((lo, f_lo), (hi, f_hi)), key=lambda p: abs(p[1]))
     side = 0
     for _ in range(CALIBRATION_ROUNDS):
         if abs(best[1]) <= CALIBRATION_TOLERANCE * target:
             break
         c = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        f = step(c) - target
-        if abs(f) < abs(best[1]):
-            best = (c, f)
-        if f > 0:
-            lo, f_lo = c, f
+        fc = f(c)
+        if abs(fc) < abs(best[1]):
+            best = (c, fc)
+        if fc > 0:
+            lo, f_lo = c, fc
             if side == 1:
                 f_hi /= 2
             side = 1
         else:
-            hi, f_hi = c, f
+            hi, f_hi = c, fc
             if side == -1:
                 f_lo /= 2
             side = -1
@@ -198,22 +199,22 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     profiled = measure.of(model, model.unchanged())
     cost = ProfilerCost(ctx, model)
     target = _unprofiled_target_ns(ctx, measure)
-    default_world = model.run(overhead=cost.intervals(OP_EVENT_NS), cpu=False)
+    default_world = model.run(overhead=cost.cut(OP_EVENT_NS), cpu=False)
     predicted = measure.of(model, default_world)
     profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
                 "predicted_unprofiled_step_ms": _ms(predicted),
                 "measured_unprofiled_step_ms": _ms(target) if target else None,
                 "predicted_over_measured": round(predicted / target, 3) if target else None}
+    busy = busy_per_step_ns(ctx, measure)
     if target:
         op_ns, world_step = _calibrate(model, measure, cost, target, profiled, predicted)
-        overhead = cost.intervals(op_ns)
+        overhead = cost.cut(op_ns)
         profiler["calibrated_op_event_us"] = round(op_ns / 1e3, 3)
         basis = "unprofiled"
     else:
-        overhead, world_step = np.zeros((0, 3), np.int64), profiled
+        overhead, world_step = model.cut(()), profiled
         basis = "profiled"
     node_gap, gap_source = graph_node_gap_ns(model)
-    busy = busy_per_step_ns(ctx, measure)
 
     def fixed_step(fix: Fix) -> float:
         if fix.as_graphs and measure.kind == "step":
