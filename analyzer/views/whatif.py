@@ -1,9 +1,9 @@
 """What a fix buys: each top-level finding's cause taken out of the trace's replay (analyzer.views.replay), and the
 step time that is left.
 
-The replay runs in the unprofiled world where it can: the profiler's own cost, a fixed cost per recorded Python call
-and a cost per recorded op found so that the replayed step matches meta.json's unprofiled step (the same statistic,
-the p50, on the same clock), is taken out of every thread first, so that a saving is stated in the time the user's
+The replay runs in the unprofiled world where it can: the profiler's own cost, a cost per recorded op (and a tenth
+of it per recorded Python call) found so that the replayed step matches meta.json's unprofiled step (the same
+statistic, the p50, on the same clock), is taken out of every thread first, so that a saving is stated in the time the user's
 program runs in, not in the trace's dilated time. Without a matching measurement the savings are the trace's own.
 
 A detector states its finding's fix as a `Fix`: CPU intervals taken out of their threads (host work, allocator
@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from analyzer.views.replay import ReplayModel, Replayed
+from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
 
 PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on top of the call's own
 OP_EVENT_NS = 3_500  # profiler cost of one recorded op, where no unprofiled measurement calibrates it
@@ -81,7 +81,7 @@ def graph_node_gap_ns(model: ReplayModel) -> tuple[int, str]:
     """The gap between consecutive activities of one graph replay (one launch, one stream), measured in the trace
     where it has replays, else the H200 constant."""
     same = (model.launch_ns[1:] == model.launch_ns[:-1]) & (model.stream[1:] == model.stream[:-1]) & \
-        (model.thread[1:] >= 0) & (model.bound[1:] == 0)
+        (model.thread[1:] >= 0) & (model.bound[1:] == STREAM_BOUND)
     if same.sum() >= 16:
         start = model.gpu_start_ns[model.rows[1:][same]]
         prev_end = model.gpu_end_ns[model.rows[:-1][same]]
