@@ -89,13 +89,17 @@ class ReplayModel:
         return (f"ReplayModel(activities={len(self.rows)}, streams={len(self.stream_device)}, threads={len(self.tids)}, "
                 f"blocking={len(self.sync_rows)}, limits={self.limits})")
 
-    def run(self, removed=(), no_wait=(), overhead=(), cpu: bool = True) -> Replayed:
+    def run(self, removed=(), no_wait=(), overhead=(), cpu: bool = True, until_ns: int | None = None) -> Replayed:
         """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
         thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
         stays). A blocking call that starts inside a removed interval goes with it, wait included. `overhead`:
         intervals cut like `removed`, but the blocking calls inside them stay (the profiler's own cost), or the
         same already cut (`cut(intervals)`, to replay one overhead with many fixes). With
-        cpu=False only the GPU side and the steps' GPU periods are computed (the CPU times stay None)."""
+        cpu=False only the GPU side and the steps' GPU periods are computed (the CPU times stay None), and
+        `until_ns` may stop the replay at the first blocking call from then on: what was launched after it keeps
+        the trace's times, so only the periods of steps that end before it are replayed."""
+        if until_ns is not None and cpu:
+            raise ValueError("until_ns replays the GPU side only (cpu=False)")
         if self.limits:
             return Replayed(self.limits)
         removed = np.asarray(removed, np.int64).reshape(-1, 3)
@@ -118,7 +122,7 @@ class ReplayModel:
             overhead = self.cut(overhead)
         cuts = [_union(mine, other) for mine, other in zip(cuts, overhead)]
         active = np.flatnonzero(~drop)
-        ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active)
+        ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active, until_ns)
 
         gpu_start, gpu_end = self.gpu_start_ns.copy(), self.gpu_end_ns.copy()
         gpu_end[self.rows] = ends
@@ -166,9 +170,10 @@ class ReplayModel:
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
 
-    def _replay_gpu(self, cuts, active: np.ndarray):
+    def _replay_gpu(self, cuts, active: np.ndarray, until_ns: int | None = None):
         """The activities' replayed ends (in this model's order), and each active blocking call's replayed start,
-        end and the thread's shift after it (the removed time before it counted back in)."""
+        end and the thread's shift after it (the removed time before it counted back in); from the first blocking
+        call at or after `until_ns` on, the trace's own times."""
         n_threads = len(self.tids)
         shift = np.zeros(n_threads + 1, np.int64)  # the last one: activities launched before the window
         thread = np.where(self.thread >= 0, self.thread, n_threads)
@@ -215,14 +220,21 @@ class ReplayModel:
         s0_l = (sync_start_orig - before_start).tolist()
         e0_l = (self.sync_end_ns[active] - before_end).tolist()
         scopes = [self.sync_scopes[k] for k in active.tolist()]
-        for j in range(len(active) + 1):
+        stop = len(active) if until_ns is None else int(np.searchsorted(sync_start_orig, until_ns))
+        if stop < len(active):  # beyond the horizon: the trace's own times
+            left = g_start[bounds[stop + 1]] if bounds[stop + 1] < len(g_start) else len(order)
+            ends[left:] = self.gpu_end_ns[self.rows[order[left:]]]
+            new_start[stop:] = sync_start_orig[stop:]
+            new_end[stop:] = self.sync_end_ns[active][stop:]
+            shift_after[stop:] = 0
+        for j in range(stop + 1):
             for g in range(bounds[j], bounds[j + 1]):
                 a, b, s = g_start[g], g_end[g], g_stream[g]
                 e = c[a:b] + np.maximum(np.maximum.accumulate(x[a:b] + shift[th[a:b]]), last_end[s])
                 ends[a:b] = e
                 last_end[s] = int(e[-1])
                 reach[s] = max(reach[s], e.max())
-            if j == len(active):
+            if j == stop:
                 break
             code = code_l[j]
             start = s0_l[j] + int(shift[code])

@@ -22,6 +22,8 @@ PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on 
 OP_EVENT_NS = 3_500  # profiler cost of one recorded op, where no unprofiled measurement calibrates it
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
 CALIBRATION_ROUNDS = 8
+MAX_STEPS = 64  # the repeated steps a step time is the median of: the first ones, so that a long trace's replay
+# stops after them
 MAX_OP_EVENT_NS = 250_000  # beyond any profiler's cost per op: a step that will not come down is not dilation
 CALIBRATION_TOLERANCE = 0.015
 
@@ -58,6 +60,7 @@ class Measure:
     kind: str  # "step" | "window"
     steps: np.ndarray  # step indexes used (kind "step")
     label: str  # what the steps are called
+    until_ns: int | None = None  # what happens after this cannot change the measured steps' periods
 
     def of(self, model: ReplayModel, replayed: Replayed) -> float:
         if self.kind == "step":
@@ -73,8 +76,12 @@ def measure_for(ctx) -> Measure:
         repeated = with_gpu[:-1]
     if not repeated:
         return Measure("window", np.zeros(0, np.int64), "window")
+    repeated = repeated[:MAX_STEPS]
     label = table[repeated[0]]["step"].rstrip("0123456789#_ -") or "step"
-    return Measure("step", np.asarray(repeated, np.int64), label)
+    # a step's period ends where the next step's GPU work starts, launched before the step after that began
+    lo = ctx.steps.lo_ns
+    until = int(lo[repeated[-1] + 2]) if repeated[-1] + 2 < len(lo) else None
+    return Measure("step", np.asarray(repeated, np.int64), label, until)
 
 
 def graph_node_gap_ns(model: ReplayModel) -> tuple[int, str]:
@@ -109,11 +116,13 @@ class ProfilerCost:
     """The profiler's own cost on each thread the replay knows: each recorded op and Python call costs a fixed
     time from its start (where they crowd, the times overlap and count once, so a cost only ever grows the cut)."""
 
-    def __init__(self, ctx, model: ReplayModel):
+    def __init__(self, ctx, model: ReplayModel, until_ns: int | None = None):
         self.by_thread = []
         ops, frames = ctx.model.ops, ctx.model.frames
+        horizon = np.iinfo(np.int64).max if until_ns is None else until_ns
         for tid in model.tids.tolist():
-            op_t, py_t = ops.start_ns[ops.tid == tid], frames.start_ns[frames.tid == tid]
+            op_t = ops.start_ns[(ops.tid == tid) & (ops.start_ns < horizon)]
+            py_t = frames.start_ns[(frames.tid == tid) & (frames.start_ns < horizon)]
             t = np.concatenate([op_t, py_t])
             order = np.argsort(t, kind="stable")
             self.by_thread.append((tid, t[order], order < len(op_t)))
@@ -154,7 +163,7 @@ def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target:
     f(c) = step(c) - target, which falls as c grows, from the two points already replayed (no cost, the default
     cost), the bracket widened fourfold until it holds the root. Returns (cost, step) at the best point found."""
     def f(c: float) -> float:
-        return measure.of(model, model.run(overhead=cost.cut(c), cpu=False)) - target
+        return measure.of(model, model.run(overhead=cost.cut(c), cpu=False, until_ns=measure.until_ns)) - target
 
     lo, f_lo = 0.0, profiled - target
     if f_lo <= 0:
@@ -197,9 +206,9 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                  for f in findings if not f.parent})
     measure = measure_for(ctx)
     profiled = measure.of(model, model.unchanged())
-    cost = ProfilerCost(ctx, model)
+    cost = ProfilerCost(ctx, model, measure.until_ns)
     target = _unprofiled_target_ns(ctx, measure)
-    default_world = model.run(overhead=cost.cut(OP_EVENT_NS), cpu=False)
+    default_world = model.run(overhead=cost.cut(OP_EVENT_NS), cpu=False, until_ns=measure.until_ns)
     predicted = measure.of(model, default_world)
     profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
                 "predicted_unprofiled_step_ms": _ms(predicted),
@@ -219,7 +228,8 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     def fixed_step(fix: Fix) -> float:
         if fix.as_graphs and measure.kind == "step":
             return graph_steps_ns(ctx, model, measure, node_gap)
-        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False))
+        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False,
+                                           until_ns=measure.until_ns))
 
     per_finding: dict[str, dict] = {}
     fixes = []
@@ -243,7 +253,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     elif fixes:
         removed = np.concatenate([fix.removed for fix in fixes])
         no_wait = np.concatenate([fix.no_wait for fix in fixes])
-        together = measure.of(model, model.run(removed, no_wait, overhead, cpu=False))
+        together = measure.of(model, model.run(removed, no_wait, overhead, cpu=False, until_ns=measure.until_ns))
     else:
         together = world_step
     together = min(max(together, busy), world_step)
@@ -260,7 +270,8 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                           "unprofiled p50 and taken out first)" if basis == "unprofiled" else
                           "in the trace's own (profiled) time: no unprofiled step time of the same steps to "
                           "calibrate against")
-                       + "; step = " + ("the median GPU period of the repeated steps" if measure.kind == "step"
+                       + "; step = " + (f"the median GPU period of the first {MAX_STEPS} repeated steps (all where "
+                                        f"fewer)" if measure.kind == "step"
                                         else "the GPU's span over the whole window")),
     }
     return section, per_finding
