@@ -151,3 +151,20 @@ def test_cpu_time_taken_out_of_a_gpu_bound_loop_buys_nothing():
     assert replayed.step_gpu_period_ns[steps] == pytest.approx(base.step_gpu_period_ns[steps], rel=0.001)
     prefill = ctx.steps.names.index("prefill")
     assert replayed.step_gpu_period_ns[prefill] < 0.2 * base.step_gpu_period_ns[prefill]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_a_replay_stopped_at_a_horizon_gives_the_same_periods_before_it(path):
+    """run(until_ns=T) replays only up to the first blocking call at or after T: every step whose period ends
+    before T (the next step's GPU work launched before the step after it began, at or before T) keeps the period
+    the whole replay gives it."""
+    ctx = context(path)
+    replay, steps = ctx.replay, ctx.steps
+    if replay.limits or len(steps) < 4:
+        return
+    removed, no_wait = host_work_pieces(ctx, CPU_LAUNCH), replay.sync_rows[::2]
+    whole = replay.run(removed, no_wait, cpu=False)
+    for k in range(len(steps) - 2):
+        until = int(steps.lo_ns[k + 2])
+        stopped = replay.run(removed, no_wait, cpu=False, until_ns=until)
+        assert np.array_equal(stopped.step_gpu_period_ns[:k + 1], whole.step_gpu_period_ns[:k + 1]), k
