@@ -52,11 +52,13 @@ def _row(r: RunRow) -> html.Tr:
 def _best_saving(r: RunRow) -> list | html.Span:
     b = r.best_saving
     if not b:
-        return html.Span("no estimate", className="muted")
-    unit = "/step" if b.get("measure") == "step" else " of the window"
+        return html.Span("no estimate", className="muted", title="the replay cannot model this trace (see the run)")
+    if not b["saving_ms"]:
+        return html.Span("no fix saves measurable time", className="muted")
+    unit = "/step" if b.get("measure") == "step" else " over the window"
     share = f" ({b['saving_share']:.0%})" if b.get("saving_share") is not None else ""
-    return [html.Span(f"{fmt_us(b['saving_ms'] * 1e3)}{unit}{share}", className="impact"), " ",
-            html.Span(b.get("title") or "", className="finding-title", title=b.get("title") or "")]
+    return html.Div([html.Span(f"{fmt_us(b['saving_ms'] * 1e3)}{unit}{share}", className="impact"),
+                     html.Div(b.get("title") or "", className="finding-title one-line", title=b.get("title") or "")])
 
 
 def _other_finding(r: RunRow) -> list | html.Span:
