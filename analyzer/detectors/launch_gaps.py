@@ -16,7 +16,7 @@ from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.views.waits import present_codes
-from analyzer.views.whatif import Fix, pieces_fix
+from analyzer.views.whatif import Fix, graph_node_gap_ns, graph_steps_ns, measure_for, pieces_fix
 
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
@@ -271,8 +271,9 @@ def launch_stats(ctx: AnalysisContext) -> dict:
 
 
 def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
-    """A CUDA graph replays the step's GPU work back to back: its step time is about the GPU busy time. Only for
-    eager inference traces (a graph run already replays; a training step is not one graph)."""
+    """A CUDA graph replays the step's GPU work back to back: its step time is the GPU busy time plus one graph
+    node's gap per activity (the same estimate as the launch finding's what_if). Only for eager inference traces (a
+    graph run already replays; a training step is not one graph)."""
     traits = ctx.traits
     if traits.graphs.replayed or traits.graphs.captured or traits.training or not ctx.timeline.devices:
         return None
@@ -285,13 +286,18 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     meta = ctx.meta
     unprofiled_ms = meta.get("unprofiled", "step_ms", "p50") if meta else None
     eager_us = unprofiled_ms * 1e3 if unprofiled_ms and meta.get("workload", "mode") == "eager" else period
+    graph_us, node_gap_us = busy, None
+    measure = measure_for(ctx)
+    if measure.kind == "step" and not ctx.replay.limits:  # as the launch finding's what_if prices it
+        gap_ns, _ = graph_node_gap_ns(ctx.replay)
+        graph_us, node_gap_us = graph_steps_ns(ctx, ctx.replay, measure, gap_ns) / 1e3, gap_ns / 1e3
     est = {
         "steps_used": len(repeated), "gpu_busy_per_step_us": round(busy, 3),
         "profiled_step_us": round(period, 3), "eager_step_us": round(eager_us, 3),
         "eager_step_source": "meta.json unprofiled p50" if eager_us != period else "profiled trace",
-        "estimated_graph_step_us": round(busy, 3),
-        "estimated_speedup": round(eager_us / busy, 2) if busy > 0 else None,
-        "recoverable_us_per_step": round(max(eager_us - busy, 0.0), 3),
+        "estimated_graph_step_us": round(graph_us, 3), "graph_node_gap_us": node_gap_us,
+        "estimated_speedup": round(eager_us / graph_us, 2) if graph_us > 0 else None,
+        "recoverable_us_per_step": round(max(eager_us - graph_us, 0.0), 3),
     }
     if meta and meta.get("mode_comparison"):
         mc = meta.data["mode_comparison"]
