@@ -42,9 +42,13 @@ def test_hf_generate_blocks_at_two_library_sites_per_token(reports):
     tokens = read_meta(FIX / "hf_generate" / "meta.json").data["script_info"]["tokens_per_generate"]
     steps = [e["name"] for e in raw if e.get("cat") == "user_annotation" and e["name"].startswith("generate#")]
     assert report["gaps"]["step_source"] == "annotations" and len(steps) == report["summary"]["steps"] == 2
-    items = [s for s in report["syncs"] if s["kind"] == "item"]
+    items = [s for s in report["syncs"] if s["kind"] in ("item", "branch")]
     assert sum(s["count"] for s in items) == count_named(raw, "aten::_local_scalar_dense")
     per_token = [s for s in items if s["count"] == tokens * len(steps)]
+    # both are a Python `if` on a GPU tensor (aten::is_nonzero over the scalar read), named so, not ".item()"
+    assert {s["kind"] for s in per_token} == {"branch"} and {s["op"] for s in per_token} == {"aten::is_nonzero"}
+    assert all(f["title"].startswith("`if` / bool() on a GPU tensor blocks the CPU")
+               for f in report["findings"] if f["kind"] == "sync" and f["detail"]["kind"] == "branch")
     # the mask helper and the stopping check: two library sites under the same user line, never merged
     libraries = sorted(s["library_site"].split(":")[0] for s in per_token)
     assert libraries == ["transformers/generation/utils.py", "transformers/masking_utils.py"]

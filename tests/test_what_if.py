@@ -110,9 +110,9 @@ def test_reports_rank_by_saving_and_show_it_beside_the_gpu_idle(tmp_path):
     assert "| saving | GPU idle |" in lines[at]
     rows = lines[at + 2:lines.index("", at)]
     tops = [r for r in rows if "↳" not in r]
-    assert "launch_gap" in tops[0] and "print(tensor)" in tops[1]  # 8.5 ms, then 0.39 ms, then queued (none)
+    assert "launch_gap" in tops[0] and "formatting a tensor" in tops[1]  # 8.5 ms, then 0.39 ms, then queued (none)
     assert tops[-1].split("|")[-3].strip() == "–"
-    assert "What fixing it buys: with the prints removed" in md
+    assert "What fixing it buys: with the tensor formatting removed" in md  # the f-string that formats it
     html = api.render(report)["report.html"]
     assert "<th>saving</th>" in html.replace(" class=num", "") or ">saving<" in html
 

@@ -18,9 +18,13 @@ from analyzer.trace import GpuKind
 from analyzer.views.whatif import Fix
 
 _MASK_OPS = {"aten::nonzero", "aten::nonzero_static", "aten::masked_select", "aten::unique", "aten::_unique2",
-             "aten::unique_consecutive", "aten::repeat_interleave", "aten::masked_scatter", "aten::is_nonzero",
+             "aten::unique_consecutive", "aten::repeat_interleave", "aten::masked_scatter",
              "aten::argwhere", "aten::bincount", "aten::histc"}
 ADVICE = {
+    "branch": "A Python `if` / `while` / `and` / `or` / `bool()` on a CUDA tensor (e.g. `if logits.max() > limit:`) "
+              "copies the value to the host and waits for the GPU to drain, so the CPU stops launching. Keep the "
+              "decision on the GPU (torch.where, masked_fill, clamp), check the condition every N steps or on "
+              "values already copied to the host, or decide from host-side state you already have.",
     "item": "`.item()` copies one value to the host and waits for the GPU to drain. Keep the value on the GPU "
             "(compare, select and accumulate with tensor ops) and read results once at the end, or copy with "
             "non_blocking=True into pinned memory and read it a step later.",
@@ -38,9 +42,19 @@ ADVICE = {
                      "needed, use CUDA events or stream waits instead.",
     "other": "A call here blocks the CPU until the GPU finishes. Move it out of the step or make it asynchronous.",
 }
-LABEL = {"item": ".item()", "print": "print(tensor)", "copy_to_host": "device-to-host copy",
+LABEL = {"branch": "`if` / bool() on a GPU tensor", "item": ".item()", "print": "print(tensor)",
+         "copy_to_host": "device-to-host copy",
          "nonzero": "nonzero / boolean mask", "pageable_h2d": "pageable host-to-device copy",
          "explicit_sync": "explicit synchronize", "profiler": "profiler", "other": "synchronizing call"}
+DETAIL_LABEL = {("print", "format"): "formatting a tensor (f-string / format())",
+                ("print", "repr"): "str() / repr() of a tensor", ("copy_to_host", "tolist"): ".tolist()",
+                ("copy_to_host", "numpy"): ".numpy()", ("copy_to_host", "cpu"): ".cpu()",
+                ("copy_to_host", "to"): ".to('cpu')"}
+
+
+def label(kind: str, detail: str | None) -> str:
+    """What the Python did, as precisely as the op and frame chains say."""
+    return DETAIL_LABEL.get((kind, detail), LABEL[kind])
 
 
 def _classify(ctx: AnalysisContext, row: int, copy_name: str | None) -> tuple[str, str | None]:
@@ -51,9 +65,14 @@ def _classify(ctx: AnalysisContext, row: int, copy_name: str | None) -> tuple[st
     joined = " ".join(frames)
     if ctx.instrumentation[row] or any(PROFILER_FRAME.search(f) for f in frames):
         return "profiler", None
-    if "_tensor_str.py" in joined or "<built-in function print>" in joined or any(
-            f.endswith(("): __repr__", "): __format__", "): __str__")) and "torch/_tensor.py" in f for f in frames):
-        return "print", None
+    dunder = [f.rsplit(": ", 1)[-1] for f in frames if "torch/_tensor.py" in f and
+              f.endswith(("): __repr__", "): __format__", "): __str__"))]
+    if "<built-in function print>" in joined:
+        return "print", "print"
+    if dunder or "_tensor_str.py" in joined:
+        return "print", "format" if "__format__" in dunder else "repr"
+    if "aten::is_nonzero" in ops:  # bool(tensor): a Python if / while / and / or on it
+        return "branch", None
     if {"aten::item", "aten::_local_scalar_dense"} & set(ops):
         return "item", None
     mask_ops = _MASK_OPS & set(ops)
@@ -167,7 +186,7 @@ def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
-WHOLE_CONSTRUCT = ("item", "copy_to_host", "print", "explicit_sync")  # the fix removes the call, not only its wait
+WHOLE_CONSTRUCT = ("branch", "item", "copy_to_host", "print", "explicit_sync")  # the fix removes the call, not only its wait
 PRINT_FRAME = re.compile(r"<built-in function print>|torch/_tensor\.py\(\d+\): __(format|repr|str)__")
 
 
@@ -196,13 +215,18 @@ def _construct(ctx: AnalysisContext, kind: str, row: int) -> tuple[int, int] | N
     return None
 
 
-def _sync_fix(ctx: AnalysisContext, kind: str, groups: list[list[int]]) -> Fix:
+def _sync_fix(ctx: AnalysisContext, kind: str, detail: str | None, groups: list[list[int]]) -> Fix:
     rt = ctx.model.runtime
     spans = [_construct(ctx, kind, g[-1]) if kind in WHOLE_CONSTRUCT else None for g in groups]
     whole = [(int(rt.tid[g[-1]]), *span) for g, span in zip(groups, spans) if span]
     waits = [r for g, span in zip(groups, spans) if not span for r in g]
-    what = {"print": "the prints removed", "item": "the .item() calls removed",
+    what = {"branch": "the conditions decided without reading the GPU", "print": "the prints removed",
+            "item": "the .item() calls removed",
             "copy_to_host": "the device-to-host reads removed", "explicit_sync": "the synchronize calls removed"}
+    if kind == "print" and detail in ("format", "repr"):
+        what["print"] = "the tensor formatting removed" if detail == "format" else "the str() / repr() removed"
+    elif kind == "copy_to_host" and (kind, detail) in DETAIL_LABEL:
+        what["copy_to_host"] = f"the {DETAIL_LABEL[(kind, detail)]} reads removed"
     return Fix(what.get(kind, f"the {LABEL[kind]} calls no longer waiting for the GPU (their work still runs)"),
                np.asarray(whole, np.int64).reshape(-1, 3), np.asarray(waits, np.int64))
 
@@ -266,13 +290,13 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             if per_step and len(steps) else ""
         findings.append(Finding(
             kind="sync", severity=severity_for(s["drain_us"], window_us),
-            title=f"{LABEL[s['kind']]} blocks the CPU {s['count']}x{every} {s['site']['phrase']}",
+            title=f"{label(s['kind'], s['api_detail'])} blocks the CPU {s['count']}x{every} {s['site']['phrase']}",
             call_site=s["call_site"], library_site=s["library_site"],
             impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]], id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},
             occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"])),
-            fix=_sync_fix(ctx, s["kind"], site_groups)))
+            fix=_sync_fix(ctx, s["kind"], s["api_detail"], site_groups)))
     sync_events = int((model.gpu.kind == GpuKind.SYNC).sum())
     totals = {
         "total_blocking_calls": sum(s["count"] for s in site_list),

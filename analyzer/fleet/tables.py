@@ -91,7 +91,7 @@ SCHEMA: dict[str, list[tuple[str, str, str]]] = {
     ],
     "syncs": [
         ("content_key", "string", "the trace"),
-        ("kind", "string", "item, print, copy_to_host, nonzero, pageable_h2d, explicit_sync, profiler"),
+        ("kind", "string", "branch, item, print, copy_to_host, nonzero, pageable_h2d, explicit_sync, profiler"),
         ("call_site", "string", "where your code synchronized (file:line when the capture recorded it)"),
         ("library_site", "string", "third-party frame inside it"),
         ("api", "string", "the call the CPU waited in"),
