@@ -17,6 +17,7 @@ from analyzer.views.graphs import GraphUse, graph_use
 from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
@@ -130,6 +131,11 @@ class AnalysisContext:
         rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         rows[apis.blocking_copy_rows(self.model)] = True
         return rows
+
+    @functools.cached_property
+    def queued_waits(self) -> QueuedWaits:
+        """What each queued idle piece waited for (analyzer.views.queued)."""
+        return queued_waits(self.model, self.gaps, self.idle)
 
     @functools.cached_property
     def replay(self) -> ReplayModel:
