@@ -161,8 +161,10 @@ def _findings(report: dict) -> list[str]:
     shown = numbered(ranked(findings))[:MAX_FINDINGS]
     rows = [[n, f["severity"], f["kind"], ("↳ " if f.get("parent") else "") + f["title"], where(f), f["count"],
              saving_cell(f), fmt_us(f["impact_us"])] for n, f in shown]
-    unit = "per step" if (report.get("what_if") or {}).get("measure") == "step" else "over the window"
-    lines = [f"#### Findings (ranked by what fixing each saves {unit}; ↳ rows refine the finding above them)", ""]
+    w = report.get("what_if") or {}
+    order = (f"ranked by what fixing each saves {'per step' if w.get('measure') == 'step' else 'over the window'}"
+             if w.get("available") else "ranked by GPU idle explained: no what-if estimates for this trace")
+    lines = [f"#### Findings ({order}; ↳ rows refine the finding above them)", ""]
     lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "saving",
                      "GPU idle"], rows)
     lines.append("")
