@@ -58,7 +58,8 @@ def test_config_is_frozen_and_strict():
         CaptureConfig.from_values(config.path, {**values, "profiler.with_modules": True})
     with pytest.raises(TypeError, match="'serve.rate'"):
         CaptureConfig.from_values(config.path, {k: v for k, v in values.items() if k != "serve.rate"})
-    assert config.options(["hf", "compile"]) == {"hf.max_new_tokens": 16, "compile.mode": "default"}
+    assert config.options(["hf", "compile"]) == {"hf.max_new_tokens": 16, "compile.mode": "default",
+                                                 "compile.backend": "inductor"}
 
 
 # --- imports ------------------------------------------------------------------------------------------------------

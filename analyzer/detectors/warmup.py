@@ -19,7 +19,7 @@ from analyzer.views.whatif import pieces_fix
 def detect(ctx: AnalysisContext) -> DetectorResult:
     idle, model = ctx.idle, ctx.model
     rt = model.runtime
-    sel = np.flatnonzero(idle.cause == WARMUP)
+    sel = np.setdiff1d(np.flatnonzero(idle.cause == WARMUP), ctx.recompile_pieces)  # recompiles recur: not one-time
     parts = SiteTable(sums=("idle_us",), count=None, max_occurrences=8)
     for i in sel.tolist():
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])

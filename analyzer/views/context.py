@@ -14,14 +14,15 @@ from analyzer.views import apis
 from analyzer.views.allocations import AllocatorRecords
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graphs import GraphUse, graph_use
-from analyzer.views.idle import CallRoles, Gaps, IdlePieces, classify_idle
+from analyzer.views.idle import WARMUP, CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
-from analyzer.views.timeline import GpuTimeline, build_timeline
+from analyzer.views.timeline import GpuTimeline, build_timeline, merge_intervals
 from analyzer.views.traits import TraceTraits, trace_traits
 
 
@@ -131,6 +132,24 @@ class AnalysisContext:
         rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         rows[apis.blocking_copy_rows(self.model)] = True
         return rows
+
+    @functools.cached_property
+    def compiles(self) -> Compiles:
+        """torch.compile's compilations in the window, recompiles marked (analyzer.views.compiles)."""
+        return compiles(self.model, self.frames)
+
+    @functools.cached_property
+    def recompile_pieces(self) -> np.ndarray:
+        """Idle pieces of cause warmup that lie inside a recompile: the recompiles detector owns them, not warmup."""
+        idle, fr, c = self.idle, self.model.frames, self.compiles
+        rows = c.frames[c.recompile]
+        sel = np.flatnonzero(idle.cause == WARMUP)
+        if not len(rows) or not len(sel):
+            return np.zeros(0, np.int64)
+        s, e = merge_intervals(fr.start_ns[rows], fr.end_ns[rows])
+        mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
+        i = np.searchsorted(s, mid, side="right") - 1
+        return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]
 
     @functools.cached_property
     def queued_waits(self) -> QueuedWaits:

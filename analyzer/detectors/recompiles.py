@@ -1,0 +1,60 @@
+"""torch.compile recompiles: a compiled function compiled again in the window (Dynamo's compile id F/N with N >= 1,
+or a second compile from the same caller), grouped by the user code that called it. It owns the warmup idle pieces
+inside those recompiles (AnalysisContext.recompile_pieces): they recur for every new shape, so they are not a one-time
+cost; only first compiles stay with the warmup detector."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for
+from analyzer.units import fmt_us, us
+from analyzer.views.frames import describe_frame
+from analyzer.views.whatif import pieces_fix
+
+ADVICE = ("Dynamo compiled this function again for a new input: by default it specializes on shapes (and on "
+          "dynamic=False it never generalizes), so every new length recompiles until "
+          "torch._dynamo.config.recompile_limit (8) is reached, after which that function silently runs eagerly. In "
+          "production this recurs for every new shape. Compile with dynamic=True, mark the changing dimension "
+          "dynamic (torch._dynamo.mark_dynamic(tensor, dim)), or pad / bucket the input to a few sizes; "
+          "TORCH_LOGS=recompiles says which guard failed.")
+
+
+def detect(ctx: AnalysisContext) -> DetectorResult:
+    c, fr, idle = ctx.compiles, ctx.model.frames, ctx.idle
+    pieces = ctx.recompile_pieces
+    by_caller: dict[int, list[int]] = defaultdict(list)  # by the calling function's name: one site, one finding
+    for k in np.flatnonzero(c.recompile).tolist():
+        by_caller[int(fr.name[c.caller[k]]) if c.caller[k] >= 0 else -1].append(k)
+    sites = []
+    mid = idle.start_ns[pieces] + (idle.end_ns[pieces] - idle.start_ns[pieces]) // 2
+    for caller, ks in by_caller.items():
+        rows = c.frames[ks]
+        inside = np.zeros(len(pieces), bool)
+        for r in rows.tolist():
+            inside |= (mid >= fr.start_ns[r]) & (mid < fr.end_ns[r])
+        ids = [f"{c.dynamo_frame[k]}/{c.attempt[k]}" for k in ks if c.attempt[k] >= 0]
+        sites.append({"call_site": describe_frame(ctx.model.names[caller]) if caller >= 0 else None, "count": len(ks),
+                      "compile_ids": ids, "compile_us": us(int((fr.end_ns[rows] - fr.start_ns[rows]).sum())),
+                      "idle_us": us(int(idle.duration_ns[pieces[inside]].sum())), "pieces": pieces[inside],
+                      "occurrences": [(us(fr.start_ns[r]), us(fr.end_ns[r])) for r in rows[:16].tolist()]})
+    sites.sort(key=lambda s: (-s["idle_us"], -s["count"]))
+    window_us = ctx.timeline.window_ns / 1e3
+    findings = []
+    for k, s in enumerate(sites):
+        where = s["call_site"] or "a compiled function"
+        ids = f" (compile ids {s['compile_ids'][0]}–{s['compile_ids'][-1]})" if len(s["compile_ids"]) > 1 else ""
+        findings.append(Finding(
+            kind="recompile", id=f"recompile.{k}", call_site=s["call_site"],
+            severity=severity_for(s["idle_us"], window_us) if window_us else "medium",
+            title=f"torch.compile recompiled {s['count']}x in the window, called from {where}{ids}: "
+                  f"{fmt_us(s['compile_us'])} of compiling",
+            impact_us=s["idle_us"], count=s["count"], advice=ADVICE,
+            detail={"compile_ids": s["compile_ids"], "compile_us": s["compile_us"],
+                    "first_compiles": int((~c.recompile).sum())},
+            occurrences_us=tuple(s["occurrences"]),
+            fix=pieces_fix(ctx, s["pieces"], "the recompiles gone (dynamic shapes, or a few padded sizes)")))
+    data = {"compiles": len(c), "recompiles": int(c.recompile.sum()),
+            "sites": [{key: v for key, v in s.items() if key != "pieces"} for s in sites]}
+    return DetectorResult({"recompiles": data}, tuple(findings))
