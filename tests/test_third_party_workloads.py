@@ -86,8 +86,10 @@ def test_new_keys_validate(tmp_path, cli):
     from analyzer.capture.config import load_config
     assert load_config(REPO / "workloads/hf_generate.yaml").hf.max_new_tokens == 16
     config = load_config(REPO / "workloads/compile_decode.yaml", ["compile.mode=reduce-overhead"])
-    assert config.compile.mode == "reduce-overhead" and config.as_dict()["compile"] == {"mode": "reduce-overhead"}
-    assert config.options(["compile"]) == {"compile.mode": "reduce-overhead"}  # what the script's __init__ gets
+    assert config.compile.mode == "reduce-overhead" and config.as_dict()["compile"] == {"mode": "reduce-overhead",
+                                                                                        "backend": "inductor"}
+    # what the script's __init__ gets
+    assert config.options(["compile"]) == {"compile.mode": "reduce-overhead", "compile.backend": "inductor"}
     out = tmp_path / "out"
     rejects(cli("capture", "workloads/compile_decode.yaml", "--out", str(out), "--set", "compile.mode=fast"),
             "workloads/compile_decode.yaml", out, "'compile.mode'", "allowed: default, reduce-overhead")
@@ -200,7 +202,7 @@ def test_compile_decode_capture_on_cpu(tmp_path, cli):
     assert result.returncode == 0, result.stderr
     run = only_run(out)
     events, meta = load_run(run)
-    assert meta["complete"] is True and meta["workload"]["compile"] == {"mode": "default"}
+    assert meta["complete"] is True and meta["workload"]["compile"] == {"mode": "default", "backend": "inductor"}
     assert meta["unprofiled"]["tokens_per_step"] == 1 and meta["unprofiled"]["tokens_per_s"] > 0
     assert meta["profiled"]["annotations"] == ["prefill", "decode_step#0", "decode_step#1"]
     info = meta["script_info"]
