@@ -13,7 +13,7 @@ from analyzer.units import fmt_us, us
 from analyzer.views.frames import describe_frame
 from analyzer.views.whatif import pieces_fix
 
-ADVICE = ("Dynamo compiled this function again for a new input: by default it specializes on shapes (and on "
+ADVICE = ("Dynamo compiled this function again for a new input: by default it specializes on shapes (and with "
           "dynamic=False it never generalizes), so every new length recompiles until "
           "torch._dynamo.config.recompile_limit (8) is reached, after which that function silently runs eagerly. In "
           "production this recurs for every new shape. Compile with dynamic=True, mark the changing dimension "
