@@ -97,17 +97,8 @@ def _call_between(model: TraceModel, codes: np.ndarray, launch: np.ndarray, sinc
         return np.zeros(len(launch), bool)
     safe = np.maximum(launch, 0)
     call_key, launch_key = thread_keys([rt.pid[calls], rt.pid[safe]], [rt.tid[calls], rt.tid[safe]])
-    threads, code = np.unique(np.concatenate([call_key, launch_key]), return_inverse=True)
-    call_code, launch_code = code[:len(calls)], code[len(calls):]
-    t0 = int(min(rt.start_ns[calls].min(), rt.start_ns[safe].min()))
-    span = int(max(rt.start_ns[calls].max(), rt.start_ns[safe].max())) - t0 + 1
-    # one sorted axis: thread, then time; the last such call on the launching thread before the launch
-    call_at = call_code * span + (rt.start_ns[calls] - t0)
-    order = np.argsort(call_at, kind="stable")
-    call_at, call_code, call_t = call_at[order], call_code[order], rt.start_ns[calls][order]
-    j = np.searchsorted(call_at, launch_code * span + (rt.start_ns[safe] - t0), side="left") - 1
-    jj = np.maximum(j, 0)
-    return (launch >= 0) & (j >= 0) & (call_code[jj] == launch_code) & (call_t[jj] > since)
+    found, t = _last_before(call_key, rt.start_ns[calls], launch_key, rt.start_ns[safe], inclusive=False)
+    return (launch >= 0) & found & (t > since)
 
 
 def _stream_wait_record(model: TraceModel, rows: np.ndarray, since: np.ndarray) -> np.ndarray:
@@ -115,13 +106,27 @@ def _stream_wait_record(model: TraceModel, rows: np.ndarray, since: np.ndarray) 
     gpu = model.gpu
     codes = [c for c, n in enumerate(model.names) if n == "Stream Wait Event"]
     waits = np.flatnonzero((gpu.kind == GpuKind.SYNC) & np.isin(gpu.name, codes))
-    out = np.zeros(len(rows), bool)
-    for k, row in enumerate(rows.tolist()):
-        if not len(waits):
-            break
-        mine = waits[(gpu.device[waits] == gpu.device[row]) & (gpu.stream[waits] == gpu.stream[row])]
-        out[k] = bool(((gpu.start_ns[mine] <= gpu.start_ns[row]) & (gpu.start_ns[mine] >= max(since[k], 0))).any())
-    return out
+    if not len(waits):
+        return np.zeros(len(rows), bool)
+    wait_key, row_key = thread_keys([gpu.device[waits], gpu.device[rows]], [gpu.stream[waits], gpu.stream[rows]])
+    found, t = _last_before(wait_key, gpu.start_ns[waits], row_key, gpu.start_ns[rows], inclusive=True)
+    return found & (t >= np.maximum(since, 0))
+
+
+def _last_before(key: np.ndarray, t: np.ndarray, query_key: np.ndarray, query_t: np.ndarray,
+                 inclusive: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: whether an event of the same key lies before its time (at it too, when inclusive), and the time
+    of the last such event. One sorted axis, key then time, searched once for all queries."""
+    _, code = np.unique(np.concatenate([key, query_key]), return_inverse=True)
+    code, query_code = code[:len(key)], code[len(key):]
+    t0 = int(min(t.min(), query_t.min()))
+    span = int(max(t.max(), query_t.max())) - t0 + 1
+    at = code * span + (t - t0)
+    order = np.argsort(at, kind="stable")
+    at, code, t = at[order], code[order], t[order]
+    j = np.searchsorted(at, query_code * span + (query_t - t0), side="right" if inclusive else "left") - 1
+    jj = np.maximum(j, 0)
+    return (j >= 0) & (code[jj] == query_code), t[jj]
 
 
 def _last_on_other_stream(model: TraceModel, row: int) -> int:
