@@ -38,7 +38,8 @@ from analyzer.views.idle import CAUSES
 __all__ = [
     "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
     "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "is_improvement", "find", "is_trace_file",
-    "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "render",
+    "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta",
+    "render",
     "render_diff_markdown", "saving_cell", "timeline", "trace_stem", "views", "what_if_line", "window_start_us",
     "write", "write_reports",
 ]

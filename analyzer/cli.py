@@ -208,7 +208,8 @@ def print_summary(report: dict, written: list[Path]) -> None:
         print("fixes:   " + buys)
     if findings:
         print(f"  {'#':<4} {'sev':<6} {'saving':>14} {'GPU idle':>10}  finding")
-    shown = [(n, f) for n, f in numbered(ranked(findings)) if n.count(".") == 0 or int(n.split(".")[1]) <= CHILDREN_PRINTED]
+    shown = [(n, f) for n, f in numbered(ranked(findings))
+             if n.count(".") == 0 or int(n.split(".")[1]) <= CHILDREN_PRINTED]
     top = [n for n, f in shown if not f.get("parent")][:TOP_PRINTED]
     for n, f in shown:
         if n.split(".")[0] not in top:

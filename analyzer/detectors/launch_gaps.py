@@ -347,8 +347,8 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                                "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
     if graph and graph.get("measured"):
         m = graph["measured"]
-        advice += (f" Measured on this run: {m['eager_step_us'] / 1e3:.2f} ms eager, {m['cuda_graph_step_us'] / 1e3:.2f}"
-                   f" ms as a graph ({m['speedup']:.1f}x).")
+        advice += (f" Measured on this run: {m['eager_step_us'] / 1e3:.2f} ms eager, "
+                   f"{m['cuda_graph_step_us'] / 1e3:.2f} ms as a graph ({m['speedup']:.1f}x).")
     return advice
 
 
@@ -498,8 +498,9 @@ WAIT_TEXT = {
     "unseen_wait": "waits the trace does not show (another process or device, an event recorded outside the "
                    "window)",
 }
-WAIT_SHORT = {"before_window": "behind work launched before the window", "graph_node": "between a replayed graph's nodes",
-              "event_wait": "waiting on another stream", "host_callback": "behind host callbacks on the stream",
+WAIT_SHORT = {"before_window": "behind work launched before the window",
+              "graph_node": "between a replayed graph's nodes", "event_wait": "waiting on another stream",
+              "host_callback": "behind host callbacks on the stream",
               "pageable_copy": "before pageable host-to-device copies",
               "device_latency": f"in gaps under {DEVICE_LATENCY_NS / 1e3:g} µs (device latency)",
               "unseen_wait": "on waits the trace does not show"}

@@ -178,8 +178,7 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
                    "over). It is normally small; if it is not, look at what the launching thread did first (a "
                    "lock, a Python callback, a hook).",
             detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences,
-            fix=pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == THREAD_HOP),
-                           "the next work launched without the hand-off between threads")))
+            fix=_hop_fix(ctx)))
     elif hops["count"]:
         site, occurrences = _top_site(hops)
         out.append(Finding(
@@ -194,9 +193,13 @@ def _findings(ctx: AnalysisContext, loop: dict, hops: dict) -> list[Finding]:
                    "per step. The profiler records ops only on the thread that started it, so a worker's ops may be "
                    "missing from the trace (its kernels and runtime calls are there).",
             detail={"sites": hops["sites"][:5]}, occurrences_us=occurrences,
-            fix=pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == THREAD_HOP),
-                           "the next work launched without the hand-off between threads")))
+            fix=_hop_fix(ctx)))
     return out
+
+
+def _hop_fix(ctx: AnalysisContext):
+    return pieces_fix(ctx, np.flatnonzero(ctx.idle.cause == THREAD_HOP),
+                      "the next work launched without the hand-off between threads")
 
 
 def _top_site(part: dict) -> tuple[str | None, tuple]:

@@ -186,7 +186,8 @@ def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
-WHOLE_CONSTRUCT = ("branch", "item", "copy_to_host", "print", "explicit_sync")  # the fix removes the call, not only its wait
+# the fix removes the whole call for these, not only its wait
+WHOLE_CONSTRUCT = ("branch", "item", "copy_to_host", "print", "explicit_sync")
 PRINT_FRAME = re.compile(r"<built-in function print>|torch/_tensor\.py\(\d+\): __(format|repr|str)__")
 
 

@@ -12,12 +12,12 @@ from analyzer.trace.runmeta import RunMeta
 from analyzer.trace.snapshot import MemorySnapshot
 from analyzer.views import apis
 from analyzer.views.allocations import AllocatorRecords
+from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graphs import GraphUse, graph_use
 from analyzer.views.idle import WARMUP, CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
-from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
