@@ -12,7 +12,9 @@ only=" $* "
 want() { [ "$only" = "  " ] || [[ "$only" == *" $1 "* ]]; }
 small=(--set model.layers=4 --set prompt_length=64 --set decode_steps=16 --set timing.warmup_steps=3
        --set profiler.warmup=2 --set profiler.active=6)
-for name in decode item_sync print_tensor alloc_churn graph_decode batch_decode prefill host_work fragmentation; do
+# compile_recompile, compile_graph_break and numpy_sampler: issue 23's classes (h200_compile/ in tests/fixtures)
+for name in decode item_sync print_tensor alloc_churn graph_decode batch_decode prefill host_work fragmentation \
+            compile_recompile compile_graph_break numpy_sampler; do
   want "$name" || continue
   python3 -m analyzer capture "workloads/$name.yaml" --out "$out" "${small[@]}"
 done

@@ -12,7 +12,7 @@ out="${1:?usage: make_what_if_pairs.sh OUT_DIR [RUN_NAME ...]}"
 shift
 only=" $* "
 want() { [ "$only" = "  " ] || [[ "$only" == *" $1 "* ]]; }
-for name in item_sync print_tensor alloc_churn host_work fragmentation; do
+for name in item_sync print_tensor alloc_churn host_work fragmentation numpy_sampler; do
   want "$name" || continue
   python3 -m analyzer capture "workloads/$name.yaml" --out "$out" --set timing.compare_fix=decode \
     --set timing.sessions=6 --set memory_history.enabled=false --set prompt_length=128 --set decode_steps=32 \

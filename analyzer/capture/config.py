@@ -111,8 +111,9 @@ SCHEMA: tuple[Field, ...] = (
     Field("compile.mode", str, "default", "compile_decode script: the `torch.compile` mode of the decode step "
           "(reduce-overhead and max-autotune also replay it as a CUDA graph on CUDA)",
           choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
-    Field("compile.backend", str, "inductor", "decode_recompile script: the `torch.compile` backend of its helper "
-          "(eager and aot_eager recompile as inductor does, without generating kernels: fast on a CPU)",
+    Field("compile.backend", str, "inductor", "decode_recompile and decode_graph_break scripts: the `torch.compile` "
+          "backend of their helper (eager and aot_eager compile as inductor does, without generating kernels: fast "
+          "on a CPU)",
           choices=("inductor", "aot_eager", "eager")),
     Field("memory_history.enabled", bool, True, "CUDA only: record the caching allocator's own history during the "
           "profiled window (torch.cuda.memory._record_memory_history, Python stacks) and write memory_snapshot.pickle; "
