@@ -26,6 +26,7 @@ from analyzer.report.lanes_cache import load_lanes, save_lanes
 from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
                                    TimelineView)
 from analyzer.report.markdown import numbered
+from analyzer.report.validity_text import validity_items, validity_line
 from analyzer.report.whatif_text import ranked, saving_cell, what_if_line
 from analyzer.report.plotly_json import packed
 from analyzer.trace import TraceError, TraceModel, load_trace
@@ -40,7 +41,8 @@ __all__ = [
     "RunMeta", "Trace", "TraceInput", "TimelineData", "TimelineView", "analyze", "annotate", "compare", "is_improvement", "find", "is_trace_file",
     "latest_run", "load", "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta",
     "render",
-    "render_diff_markdown", "saving_cell", "timeline", "trace_stem", "views", "what_if_line", "window_start_us",
+    "render_diff_markdown", "saving_cell", "timeline", "trace_stem", "validity_items", "validity_line", "views",
+    "what_if_line", "window_start_us",
     "write", "write_reports",
 ]
 

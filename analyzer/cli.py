@@ -192,6 +192,7 @@ def load_report(path: str | Path) -> tuple[str, dict]:
 
 def print_summary(report: dict, written: list[Path]) -> None:
     from analyzer.report.markdown import headline, numbered, partition_line
+    from analyzer.report.validity_text import MARK, validity_items, validity_line
     from analyzer.report.whatif_text import ranked, saving_cell, summary_line
     from analyzer.units import fmt_us
     print(f"trace:   {report['source']['trace']}")
@@ -202,12 +203,16 @@ def print_summary(report: dict, written: list[Path]) -> None:
               "--out /tmp/item_sync-report, or python -m analyzer dashboard")
     if not findings:
         print("findings: none")
+    if check := validity_line(report):
+        print("checks:  " + check)
+        for status, name, text in validity_items(report):
+            print(f"         {MARK[status]} {name}: {text}")
     if part := partition_line(report):
         print("idle:    " + part)
     if buys := summary_line(report):
         print("fixes:   " + buys)
     if findings:
-        print(f"  {'#':<4} {'sev':<6} {'saving':>14} {'GPU idle':>10}  finding")
+        print(f"  {'#':<4} {'sev':<6} {'trust':<6} {'saving':>14} {'GPU idle':>10}  finding")
     shown = [(n, f) for n, f in numbered(ranked(findings))
              if n.count(".") == 0 or int(n.split(".")[1]) <= CHILDREN_PRINTED]
     top = [n for n, f in shown if not f.get("parent")][:TOP_PRINTED]
@@ -217,7 +222,9 @@ def print_summary(report: dict, written: list[Path]) -> None:
         site = f.get("library_site") or f.get("call_site")
         site = f" [{site}]" if site and site not in f["title"] else ""
         label = f"     {n:<5}" if f.get("parent") else f"  {n + '.':<4}"
-        print(f"{label} {f['severity']:<6} {saving_cell(f):>14} {fmt_us(f['impact_us']):>10}  {f['title']}{site}")
+        trust = "" if f.get("parent") else f.get("confidence", "")
+        print(f"{label} {f['severity']:<6} {trust:<6} {saving_cell(f):>14} {fmt_us(f['impact_us']):>10}  "
+              f"{f['title']}{site}")
     hidden = sum(1 for f in findings if not f.get("parent")) - len(top)
     if hidden > 0:
         print(f"  ... {hidden} more in the report")

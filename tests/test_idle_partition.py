@@ -25,7 +25,7 @@ from rawtrace import overhead_spans, raw_events, raw_gaps
 
 ROOT = Path(__file__).resolve().parent
 EXTERNAL = ROOT.parents[1] / "shared" / "traces" / "external"
-FIXTURES = sorted((ROOT / "fixtures").glob("h200*/*/rank0.trace.json.gz"))
+FIXTURES = sorted((ROOT / "fixtures").glob("*/*/rank0.trace.json.gz"))
 TRACES = FIXTURES + (sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else [])
 IDS = [p.parent.name if p.name == "rank0.trace.json.gz" else p.name.removesuffix(".json.gz") for p in TRACES]
 RAW_FRAME = re.compile(r"\(\d+\): ")

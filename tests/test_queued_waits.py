@@ -9,7 +9,7 @@ import pytest
 from analyzer import api
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("h200*/*/rank0.trace.json.gz"))
+FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
 EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 needs_external = pytest.mark.skipif(not EXTERNAL_TRACES, reason="no ../shared/traces/external")

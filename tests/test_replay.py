@@ -12,7 +12,7 @@ from analyzer.views.context import AnalysisContext
 from analyzer.views.idle import CPU_LAUNCH
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("h200*/*/rank0.trace.json.gz"))
+FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
 EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 TRACES = FIXTURES + EXTERNAL_TRACES

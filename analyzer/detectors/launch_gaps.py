@@ -13,7 +13,9 @@ from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, se
 from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
 from analyzer.units import fmt_fine_us, fmt_us, plural
+from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
+from analyzer.views.timeline import merge_intervals
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.views.queued import DEVICE_LATENCY_NS, REASONS as QUEUED_REASONS
 from analyzer.views.waits import present_codes
@@ -21,7 +23,8 @@ from analyzer.views.whatif import Fix, graph_node_gap_ns, graph_steps_ns, measur
 
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
-CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it holds this share of its idle
+CHILD_SHARE = 0.10  # a launch site (library) is shown under the launch (host-work) finding when it holds this share
+MAX_LIBRARIES = 4  # library children under one host-work finding
 
 
 def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0) -> DetectorResult:
@@ -32,8 +35,10 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
     gap_cause = distinct(idle.gap * len(CAUSES) + idle.cause)  # each (gap, cause) pair once
     per_cause = np.bincount(gap_cause % len(CAUSES), minlength=len(CAUSES))
     counts = {c: int(per_cause[i]) for i, c in enumerate(CAUSES)}
-    long = (idle.cause == CPU_LAUNCH) & (dur >= long_gap_us * 1e3)
-    short = (idle.cause == CPU_LAUNCH) & ~long
+    launch = idle.cause == CPU_LAUNCH
+    launch[ctx.graph_break_pieces] = False  # the graph-breaks detector's
+    long = launch & (dur >= long_gap_us * 1e3)
+    short = launch & ~long
     sites = _sites(ctx)
     host_work, host_fixes = _host_work(ctx, np.flatnonzero(long))
     per_step = ctx.step_table
@@ -151,9 +156,12 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     tids = model.runtime.tid[ctx.gaps.launch[idle.gap[sel]]]
     groups: dict[int, list[int]] = defaultdict(list)
     work: dict[int, set] = defaultdict(set)
+    owners: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (user frame, piece start, piece end)
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
-        key, span = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
+        key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
+        if owner >= 0:
+            owners[key].append((owner, int(lo[i]), int(hi[i])))
         a, b = span if span and span[1] - span[0] <= 2 * (hi[i] - lo[i]) else (int(lo[i]), int(hi[i]))
         work[key].add((int(tids[i]), a, b))
     out = []
@@ -167,11 +175,58 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                      "idle_us": round(sum(durations), 3), "max_us": max(durations),
                      "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
                      "launch_site": describe_site(ctx, int(_pieces_site_keys(ctx, np.array([lead]))[0]))["label"],
+                     "libraries": _library_children(ctx, owners.get(key, [])),
                      "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
                     Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
                         np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
+
+
+def _library_children(ctx: AnalysisContext, owned: list[tuple[int, int, int]]) -> list[dict]:
+    """The idle of one host-work group by the third-party library code its function ran in: the outermost library
+    frames called from that function (directly or through its own helpers), each one's overlap with the group's idle
+    pieces, summed by library function, largest first."""
+    if not owned:
+        return []
+    fr, index = ctx.model.frames, ctx.frames
+    owner = np.array([o for o, _, _ in owned], np.int64)
+    lo, hi = np.array([a for _, a, _ in owned], np.int64), np.array([b for _, _, b in owned], np.int64)
+    found = np.zeros(0, np.int64)
+    if len(fr):
+        s, e = merge_intervals(lo, hi)
+        i = np.maximum(np.searchsorted(s, fr.start_ns, side="right") - 1, 0)
+        near = holding_any(fr.start_ns, fr.end_ns, np.r_[lo, hi - 1]) | ((fr.start_ns >= s[i]) & (fr.start_ns < e[i]))
+        rows = np.flatnonzero(near & (index.kind == FrameKind.LIBRARY))
+        parent = fr.parent[rows]
+        outer = (parent < 0) | (index.kind[np.maximum(parent, 0)] != FrameKind.LIBRARY)
+        found = rows[outer]
+        # a library frame under user code that a library called (a callback, a module's forward) is inside an outer
+        # library frame's time already: only the outermost in time count
+        order = np.lexsort((-fr.end_ns[found], fr.start_ns[found], fr.tid[found], fr.pid[found]))
+        found = found[order]
+        same = np.r_[False, (fr.pid[found][1:] == fr.pid[found][:-1]) & (fr.tid[found][1:] == fr.tid[found][:-1])]
+        keep = np.ones(len(found), bool)
+        reach = -1
+        for k, row in enumerate(found.tolist()):
+            if same[k] and fr.start_ns[row] < reach:
+                keep[k] = False
+                continue
+            reach = int(fr.end_ns[row]) if not same[k] else max(reach, int(fr.end_ns[row]))
+        found = found[keep]
+    totals: dict[int, int] = defaultdict(int)
+    for row in found.tolist():
+        user, hops = index.user_frame_of(row), 0
+        while user >= 0 and hops < 64 and user not in owner:  # a helper of the owner's still counts for it
+            parent = int(fr.parent[user])
+            user, hops = (index.user_frame_of(parent) if parent >= 0 else -1), hops + 1
+        if user < 0:
+            continue
+        k = np.flatnonzero(owner == user)
+        overlap = np.minimum(hi[k], fr.end_ns[row]) - np.maximum(lo[k], fr.start_ns[row])
+        totals[int(fr.name[row])] += int(overlap[overlap > 0].sum())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    return [{"library_site": describe_frame(ctx.model.names[code]), "idle_us": us(ns)} for code, ns in ranked if ns]
 
 
 def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
@@ -196,8 +251,10 @@ def _enclosing_at(ctx: AnalysisContext, table, candidates: np.ndarray, rows: np.
 
 
 def _responsible(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key: int,
-                 op: int) -> tuple[int, tuple[int, int] | None]:
-    """The site key of what ran during [lo, hi), and that function's (or op's) whole run where known."""
+                 op: int) -> tuple[int, tuple[int, int] | None, int]:
+    """The site key of what ran during [lo, hi), that function's (or op's) whole run where known, and the user
+    frame row responsible (-1 none). A user function is one site whatever library it was in at the middle: the
+    library frames are its children (_library_children)."""
     model, index = ctx.model, ctx.frames
     fr = model.frames
     if frame >= 0:
@@ -217,11 +274,11 @@ def _responsible(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key:
         lib_code = int(fr.name[lib]) if lib >= 0 else -1
         if chosen >= 0 or lib >= 0:
             run = chosen if chosen >= 0 else lib
-            return frames_key(int(fr.name[chosen]) if chosen >= 0 else -1, lib_code), \
-                (int(fr.start_ns[run]), int(fr.end_ns[run]))
+            key = frames_key(int(fr.name[chosen]), -1) if chosen >= 0 else frames_key(-1, lib_code)
+            return key, (int(fr.start_ns[run]), int(fr.end_ns[run])), chosen
     if op >= 0:
-        return op_key(int(model.ops.name[op])), (int(model.ops.start_ns[op]), int(model.ops.end_ns[op]))
-    return launch_key, None
+        return op_key(int(model.ops.name[op])), (int(model.ops.start_ns[op]), int(model.ops.end_ns[op])), -1
+    return launch_key, None, -1
 
 
 def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
@@ -475,15 +532,26 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
                         long_gap_us: float) -> list[Finding]:
     out = []
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
+        libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
         out.append(Finding(
             kind="host_work", severity=severity_for(h["idle_us"], window_us),
             title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) while "
                   f"the CPU ran {h['call_site']}",
-            call_site=h["call_site"], library_site=h["site"]["library_below"],
+            call_site=h["call_site"], library_site=None if libraries else h["site"]["library_below"],
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice=_host_work_advice(h["site"]),
-            detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"]},
+            detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
+                    "libraries": h["libraries"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
+        for j, lib in enumerate(libraries):
+            out.append(Finding(
+                kind="host_work", severity=severity_for(lib["idle_us"], window_us),
+                title=f"of which {share_text(lib['idle_us'], h['idle_us'])} in {lib['library_site']}",
+                call_site=h["call_site"], library_site=lib["library_site"], impact_us=lib["idle_us"],
+                id=f"host_work.{k}.{j}", parent=f"host_work.{k}",
+                advice="Library code the function above called: a cheaper call, a smaller input, or the same work "
+                       "on the GPU (torch ops on the device) removes this part.",
+                detail={}))
     return out
 
 

@@ -13,7 +13,7 @@ from analyzer.units import fmt_us, us
 from analyzer.views.frames import describe_frame
 from analyzer.views.whatif import pieces_fix
 
-ADVICE = ("Dynamo compiled this function again for a new input: by default it specializes on shapes (and with "
+ADVICE = ("Dynamo compiled this function again for a new input (or after its cache was reset): by default it specializes on shapes (and with "
           "dynamic=False it never generalizes), so every new length recompiles until "
           "torch._dynamo.config.recompile_limit (8) is reached, after which that function silently runs eagerly. In "
           "production this recurs for every new shape. Compile with dynamic=True, mark the changing dimension "
@@ -30,25 +30,28 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     sites = []
     mid = idle.start_ns[pieces] + (idle.end_ns[pieces] - idle.start_ns[pieces]) // 2
     for caller, ks in by_caller.items():
-        rows = c.frames[ks]
         inside = np.zeros(len(pieces), bool)
-        for r in rows.tolist():
-            inside |= (mid >= fr.start_ns[r]) & (mid < fr.end_ns[r])
+        for k in ks:
+            inside |= (mid >= c.start_ns[k]) & (mid < c.end_ns[k])
         ids = [f"{c.dynamo_frame[k]}/{c.attempt[k]}" for k in ks if c.attempt[k] >= 0]
         sites.append({"call_site": describe_frame(ctx.model.names[caller]) if caller >= 0 else None, "count": len(ks),
-                      "compile_ids": ids, "compile_us": us(int((fr.end_ns[rows] - fr.start_ns[rows]).sum())),
+                      "compile_ids": ids, "compile_us": us(int((c.end_ns[ks] - c.start_ns[ks]).sum())),
                       "idle_us": us(int(idle.duration_ns[pieces[inside]].sum())), "pieces": pieces[inside],
-                      "occurrences": [(us(fr.start_ns[r]), us(fr.end_ns[r])) for r in rows[:16].tolist()]})
+                      "occurrences": [(us(c.start_ns[k]), us(c.end_ns[k])) for k in ks[:16]]})
     sites.sort(key=lambda s: (-s["idle_us"], -s["count"]))
     window_us = ctx.timeline.window_ns / 1e3
     findings = []
+    steps_before = ctx.meta.get("unprofiled", "steps", default=0) if ctx.meta else 0
     for k, s in enumerate(sites):
-        where = s["call_site"] or "a compiled function"
-        ids = f" (compile ids {s['compile_ids'][0]}–{s['compile_ids'][-1]})" if len(s["compile_ids"]) > 1 else ""
+        where = f", called from {s['call_site']}" if s["call_site"] else " (no Python stacks name the function)"
+        ids = s["compile_ids"]
+        span = f" (compile ids {ids[0]}–{ids[-1]})" if len(ids) > 1 else f" (compile id {ids[0]})" if ids else ""
+        verb = "recompiled" if ids and all(not i.endswith("/0") for i in ids) else "compiled"
+        after = f" after {steps_before} unprofiled steps of the same workload" if c.after_warmup else ""
         findings.append(Finding(
             kind="recompile", id=f"recompile.{k}", call_site=s["call_site"],
             severity=severity_for(s["idle_us"], window_us) if window_us else "medium",
-            title=f"torch.compile recompiled {s['count']}x in the window, called from {where}{ids}: "
+            title=f"torch.compile {verb} {s['count']}x in the window{after}{where}{span}: "
                   f"{fmt_us(s['compile_us'])} of compiling",
             impact_us=s["idle_us"], count=s["count"], advice=ADVICE,
             detail={"compile_ids": s["compile_ids"], "compile_us": s["compile_us"],

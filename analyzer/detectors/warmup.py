@@ -10,6 +10,7 @@ from analyzer.arrays import distinct
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import us
 from analyzer.views.frames import describe_frame
+from analyzer.views.compiles import COMPILE_OP
 from analyzer.views.idle import WARMUP
 from analyzer.views.onetime import LABELS
 from analyzer.units import fmt_us
@@ -26,6 +27,9 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         if r >= 0:
             what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
             text = f"{api} ({what})"
+        elif op >= 0 and COMPILE_OP.match(model.names[model.ops.name[op]]):
+            what, api = "JIT compilation", "torch.compile (Dynamo)"
+            text = f"{what} in {api}"
         elif op >= 0:
             what, api = "first call", model.names[model.ops.name[op]]
             text = f"the first {api} call's CPU time"

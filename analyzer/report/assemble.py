@@ -15,6 +15,7 @@ from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
 from analyzer.views.sites import describe_site, site_keys
+from analyzer.views.validity import confidence, title_prefix, validity_checks
 from analyzer.views.whatif import evaluate
 from analyzer.trace import GpuKind, TraceModel
 
@@ -33,6 +34,7 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     results = [detect(ctx) for detect in DETECTORS]
     findings = _ranked([f for r in results for f in r.findings])
     what_if, savings = evaluate(ctx, findings)
+    checks = validity_checks(ctx, _dilation(ctx, ctx.step_table))
     tl = ctx.timeline
     report = {
         "schema": REPORT_SCHEMA,
@@ -44,7 +46,9 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
         "trace": _trace_info(model),
         **{key: value for r in results for key, value in r.sections.items()},
         "timeline": _timeline_payload(ctx),
-        "findings": [f.as_dict() | ({"what_if": savings[f.id]} if f.id in savings else {}) for f in findings],
+        "validity": _validity(checks),
+        "findings": _with_confidence([f.as_dict() | ({"what_if": savings[f.id]} if f.id in savings else {})
+                                      for f in findings], checks),
         "what_if": what_if,
         "hta": None,
         "analysis_seconds": round(time.perf_counter() - started, 3),
@@ -53,6 +57,31 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     if not tl.devices:
         report["summary"]["note"] = _no_gpu_note(model)
     return report
+
+
+def _validity(checks: list) -> dict:
+    failed = [c.name for c in checks if c.status == "fail"]
+    warned = [c.name for c in checks if c.status == "warn"]
+    return {"checks": [c.as_dict() for c in checks], "failed": failed, "warned": warned,
+            "definition": "named checks of what the trace can show; a finding a failed check touches has confidence "
+                          "low (its title says why), one a warning touches medium"}
+
+
+def _with_confidence(findings: list[dict], checks: list) -> list[dict]:
+    """Each finding's confidence after the validity checks (a child keeps its parent's); a low one's title says
+    which missing data it rests on."""
+    by_id = {}
+    for f in findings:
+        parent = by_id.get(f["parent"]) if f["parent"] else None
+        level, why = (parent["confidence"], parent["confidence_checks"]) if parent else confidence(f["kind"], checks)
+        f["confidence"], f["confidence_checks"] = level, why
+        if level == "low" and not parent:
+            f["title"] = title_prefix(checks, why) + f["title"]
+            if f.get("what_if"):  # a saving computed from a timeline with holes is not a number to act on
+                f["what_if"] = {"measure": f["what_if"].get("measure"), "saving_ms": None,
+                                "why": "withheld: it rests on data the trace does not hold (" + ", ".join(why) + ")"}
+        by_id[f["id"]] = f
+    return findings
 
 
 def _ranked(findings: list) -> list:

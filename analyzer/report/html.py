@@ -7,6 +7,7 @@ import json
 
 from analyzer.report.figures import _x, figure_dicts, window_start_us
 from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
+from analyzer.report.validity_text import MARK, validity_items, validity_line
 from analyzer.report.whatif_text import ranked, saving_cell, summary_line, what_if_line
 from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
 from analyzer.report.plotly_json import plotly_js, plotly_json
@@ -106,6 +107,11 @@ def _header(report: dict) -> str:
         facts.append(f"profiler dilation <b>{esc(st.get('profiler_dilation'))}×</b> (step p50 "
                      f"{fmt_ms(st.get('profiled_p50'))} ms profiled vs {fmt_ms(st.get('unprofiled_p50'))} ms unprofiled)")
     out = [f"<header><h1>{esc(_title(report))}</h1>", f"<p class=summary>{' · '.join(facts)}</p>"]
+    if check := validity_line(report):
+        items = "".join(f"<li><b>{esc(MARK[status])}</b> <code>{esc(name)}</code>: {esc(text)}</li>"
+                        for status, name, text in validity_items(report))
+        out.append(f"<section class=validity><p>{esc(check)}</p>" + (f"<ul>{items}</ul>" if items else "")
+                   + "</section>")
     for line in (partition_line(report), summary_line(report), trace_notes(report)):
         if line:
             out.append(f"<p class=run>{esc(line)}</p>")
@@ -153,10 +159,10 @@ def _findings_table(report: dict) -> str:
                  f"{esc(f.get('advice'))}</p>" + (f"<p>{esc(buys)}</p>" if buys else "")
                  + f"{_context(f.get('detail', {}).get('context'))}</details>")
         rows.append([n, f"<span class=sev style='--c:{SEVERITY_COLORS.get(sev, '#999')}'>{esc(sev)}</span>",
-                     esc(f.get("kind")), title, _where(f), esc(f.get("count")),
+                     esc(f.get("confidence", "–")), esc(f.get("kind")), title, _where(f), esc(f.get("count")),
                      f"<span class=num>{esc(saving_cell(f))}</span>",
                      f"<span class=num>{fmt_ms(f.get('impact_us'))}</span>"])
-    return table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "saving",
+    return table(["#", "severity", "confidence", "kind", "finding", "where (your code → library)", "count", "saving",
                   "GPU idle (ms)"], rows, "findings")
 
 
@@ -318,7 +324,8 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 a
  max-width:1800px;color:#1a1a1a;background:#fff;font-size:14px;line-height:1.45}
 h1{font-size:22px;margin:4px 0 6px}h2{font-size:18px;margin:26px 0 8px;border-bottom:1px solid #ddd;
  padding-bottom:4px}h3{font-size:15px;margin:10px 0 6px}
-p{margin:4px 0}.summary{font-size:15px}.run{color:#444}.note{background:#fff4e0;border-left:4px solid #E69F00;
+p{margin:4px 0}.summary{font-size:15px}.validity{background:#fdf0f0;border-left:4px solid #D55E00;padding:2px 8px;margin:6px 0}
+.validity ul{margin:2px 0;padding-left:18px}.run{color:#444}.note{background:#fff4e0;border-left:4px solid #E69F00;
  padding:6px 10px}.hint{color:#555;font-size:13px}.empty{color:#777;font-style:italic}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
 pre{font-size:12px;background:#f6f6f6;padding:6px 8px;margin:4px 0;white-space:pre-wrap;word-break:break-all}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from analyzer.report.mdsafe import cell, code, finish, one_line
+from analyzer.report.validity_text import MARK, validity_items, validity_line
 from analyzer.report.whatif_text import ranked, saving_cell, summary_line, what_if_line
 from analyzer.units import fmt_bytes, fmt_ms_value, fmt_pct, fmt_us, plural
 
@@ -84,6 +85,10 @@ def _header(report: dict) -> list[str]:
     else:
         title = f"### GPU idle report: `{cell(report['source']['trace'])}`"
     lines = [title, "", headline(report), ""]
+    if check := validity_line(report):
+        lines += [check, ""]
+        lines += [f"- **{MARK[status]}** `{name}`: {one_line(text)}" for status, name, text in validity_items(report)]
+        lines += [""] if validity_items(report) else []
     if part := partition_line(report):
         lines += [part, ""]
     if buys := summary_line(report):
@@ -159,14 +164,14 @@ def _findings(report: dict) -> list[str]:
     if not findings:
         return ["No findings: nothing in this trace left the GPU measurably idle.", ""]
     shown = numbered(ranked(findings))[:MAX_FINDINGS]
-    rows = [[n, f["severity"], f["kind"], ("↳ " if f.get("parent") else "") + f["title"], where(f), f["count"],
-             saving_cell(f), fmt_us(f["impact_us"])] for n, f in shown]
+    rows = [[n, f["severity"], f.get("confidence", "–"), f["kind"], ("↳ " if f.get("parent") else "") + f["title"],
+             where(f), f["count"], saving_cell(f), fmt_us(f["impact_us"])] for n, f in shown]
     w = report.get("what_if") or {}
     order = (f"ranked by what fixing each saves {'per step' if w.get('measure') == 'step' else 'over the window'}"
              if w.get("available") else "ranked by GPU idle explained: no what-if estimates for this trace")
     lines = [f"#### Findings ({order}; ↳ rows refine the finding above them)", ""]
-    lines += _table(["#", "severity", "kind", "finding", "where (your code → library)", "count", "saving",
-                     "GPU idle"], rows)
+    lines += _table(["#", "severity", "confidence", "kind", "finding", "where (your code → library)", "count",
+                     "saving", "GPU idle"], rows)
     lines.append("")
     advice = [f"{n}. **{cell(f['title'])}** — {f['advice']} {what_if_line(f, report.get('what_if'))}".rstrip()
               for n, f in shown if not f.get("parent")]

@@ -14,8 +14,9 @@ from analyzer.views import apis
 from analyzer.views.allocations import AllocatorRecords
 from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.frames import FrameIndex
+from analyzer.views.graph_breaks import GraphBreaks, graph_breaks
 from analyzer.views.graphs import GraphUse, graph_use
-from analyzer.views.idle import WARMUP, CallRoles, Gaps, IdlePieces, classify_idle
+from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, classify_idle
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.queued import QueuedWaits, queued_waits
@@ -83,8 +84,9 @@ class AnalysisContext:
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:
         roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
-        return classify_idle(self.model, self.timeline, roles, first_call_ops(self.model, self.outermost_ops),
-                             self.graphs)
+        c = self.compiles  # compiles seen as ops (no Python stacks) are one-time work like a first call
+        warmup_ops = np.union1d(first_call_ops(self.model, self.outermost_ops), c.ops[c.ops >= 0])
+        return classify_idle(self.model, self.timeline, roles, warmup_ops, self.graphs)
 
     @property
     def gaps(self) -> Gaps:
@@ -136,17 +138,34 @@ class AnalysisContext:
     @functools.cached_property
     def compiles(self) -> Compiles:
         """torch.compile's compilations in the window, recompiles marked (analyzer.views.compiles)."""
-        return compiles(self.model, self.frames)
+        steps_before = self.meta.get("unprofiled", "steps", default=0) if self.meta else 0
+        return compiles(self.model, self.frames, after_warmup=bool(steps_before))
 
     @functools.cached_property
     def recompile_pieces(self) -> np.ndarray:
         """Idle pieces of cause warmup that lie inside a recompile: the recompiles detector owns them, not warmup."""
-        idle, fr, c = self.idle, self.model.frames, self.compiles
-        rows = c.frames[c.recompile]
+        idle, c = self.idle, self.compiles
         sel = np.flatnonzero(idle.cause == WARMUP)
-        if not len(rows) or not len(sel):
+        if not c.recompile.any() or not len(sel):
             return np.zeros(0, np.int64)
-        s, e = merge_intervals(fr.start_ns[rows], fr.end_ns[rows])
+        s, e = merge_intervals(c.start_ns[c.recompile], c.end_ns[c.recompile])
+        mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
+        i = np.searchsorted(s, mid, side="right") - 1
+        return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]
+
+    @functools.cached_property
+    def graph_breaks(self) -> GraphBreaks:
+        """torch.compile graph breaks taken in the window (analyzer.views.graph_breaks)."""
+        return graph_breaks(self.model)
+
+    @functools.cached_property
+    def graph_break_pieces(self) -> np.ndarray:
+        """Launch-gap idle pieces inside a graph break's eager section: the graph-breaks detector owns them."""
+        idle, b = self.idle, self.graph_breaks
+        sel = np.flatnonzero(idle.cause == CPU_LAUNCH)
+        if not len(b) or not len(sel):
+            return np.zeros(0, np.int64)
+        s, e = merge_intervals(b.eager_start_ns, b.eager_end_ns)
         mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
         i = np.searchsorted(s, mid, side="right") - 1
         return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]

@@ -11,7 +11,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from analyzer.errors import UsageError
-from analyzer.api import TimelineData, numbered, ranked, saving_cell, what_if_line
+from analyzer.api import TimelineData, numbered, ranked, saving_cell, validity_items, validity_line, what_if_line
 from analyzer.units import fmt_pct, fmt_us, plural
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
                                timeline_figure)
@@ -145,6 +145,7 @@ def _header(report: dict, run_id: str) -> html.Header:
         html.P(f"Of the busy time, {fmt_us(comm['comm_us'])} ({fmt_pct(comm['share_of_busy'])}) was communication "
                f"({plural(comm['kernels'], 'NCCL/RCCL kernel')}): a rank waiting inside a collective counts as busy",
                className="summary communication") if (comm := s.get("communication")) else None,
+        _validity(report),
         html.P(s["note"], className="note") if s.get("note") else None,
         *[html.P(f"meta.json: {w}", className="note meta-warning")
           for w in (report.get("source") or {}).get("meta_warnings") or []],
@@ -212,6 +213,19 @@ def _largest(occurrences: list) -> tuple[float, float]:
     return max(occurrences, key=lambda o: o[1] - o[0])
 
 
+def _validity(report: dict) -> html.Details | None:
+    """The trace checks in one line; the checks that did not pass below it, open when one failed."""
+    line = validity_line(report)
+    if not line:
+        return None
+    items = validity_items(report)
+    failed = any(status == "fail" for status, _, _ in items)
+    return html.Details([html.Summary(line), html.Ul([html.Li([html.B(status.upper() if status == "fail" else status),
+                                                               " ", html.Code(name), f": {text}"])
+                                                      for status, name, text in items])],
+                        open=failed, className="validity failed" if failed else "validity")
+
+
 def finding_href(run_id: str, finding_id: str, occ: int | None = None) -> str:
     return f"{run_href(run_id)}?" + urlencode({"finding": finding_id, **({"occ": occ} if occ else {})})
 
@@ -238,7 +252,9 @@ def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
         i = position[id(f)]
         title = ("↳ " if f.get("parent") else "") + f["title"]
         rows.append(html.Tr([
-            html.Td(n), html.Td(severity_badge(f["severity"])),
+            html.Td(n), html.Td(severity_badge(f["severity"]),
+                                title=f"confidence {f.get('confidence', 'high')}"
+                                      + (f" ({', '.join(f['confidence_checks'])})" if f.get("confidence_checks") else "")),
             html.Td(title, title=f"{f['kind']}: {f['title']}", className="title"), _where_cell(f),
             html.Td(str(f.get("count", "–")), className="num"), html.Td(saving_cell(f), className="num saving"),
             html.Td(fmt_us(f.get("impact_us")), className="num"),
