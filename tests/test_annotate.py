@@ -64,3 +64,21 @@ def test_annotate_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
     for _ in range(2):
         assert main(["analyze", str(FIX / "h200/decode"), "--out", str(tmp_path), "--annotate", "--no-cache"]) == 0
     assert sum(e.get("cat") == OURS for e in raw_events(target)) > 0
+
+
+def test_a_run_folder_analyzed_again_after_annotate_is_still_one_run(tmp_path, capsys):
+    """The annotated copy beside the original is not a second rank: a second `analyze RUN` rewrites the one
+    report.json, and the dashboard's and analyze-many's walks see one trace."""
+    run = tmp_path / "decode"
+    run.mkdir()
+    for name in ("meta.json", "rank0.trace.json.gz"):
+        (run / name).write_bytes((FIX / "h200/decode" / name).read_bytes())
+    assert main(["analyze", str(run), "--annotate", "--no-cache"]) == 0
+    assert (run / "rank0.annotated.trace.json.gz").is_file()
+    first = (run / "report.json").stat().st_mtime_ns
+    assert main(["analyze", str(run), "--no-cache"]) == 0
+    assert not list(run.glob("*.report")) and (run / "report.json").stat().st_mtime_ns >= first
+    assert [item.trace.name for item in api.find(run)] == ["rank0.trace.json.gz"]
+    # named explicitly, the annotated trace is still read
+    assert [item.trace.name for item in api.find(run / "rank0.annotated.trace.json.gz")] == [
+        "rank0.annotated.trace.json.gz"]

@@ -51,7 +51,7 @@ def expand(paths: list[str], job: str | None = None) -> list[FleetInput]:
     for source, item in found.values():
         folder = item.trace.parent
         if folder not in folders:
-            folders[folder] = [p.name for p in folder.iterdir() if _is_input(p)]
+            folders[folder] = [p.name for p in folder.iterdir() if api.is_trace_file(p)]
         m = RANK_IN_NAME.search(item.trace.name)
         rank_files = sum(1 for name in folders[folder] if RANK_IN_NAME.search(name))
         out.append(FleetInput(source=source, trace=item, job=job or _job_name(item, len(folders[folder])),
@@ -74,15 +74,10 @@ def _traces_of(given: str) -> list[tuple[str, api.TraceInput]]:
     out = []
     for folder, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith(SKIPPED_DIRS))
-        if any(_is_input(Path(folder) / f) for f in files):
+        if any(api.is_trace_file(Path(folder) / f) for f in files):
             out += [(os.path.join(given, os.path.relpath(item.trace, path)), item) for item in api.find(folder)
-                    if _is_input(item.trace)]
+                    if api.is_trace_file(item.trace)]
     return out
-
-
-def _is_input(path: Path) -> bool:
-    """A trace file, not one `analyze --annotate` wrote (it analyses as its original)."""
-    return api.is_trace_file(path) and ".annotated." not in path.name
 
 
 def _job_name(item: api.TraceInput, traces_in_folder: int) -> str:

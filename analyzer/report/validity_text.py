@@ -36,8 +36,7 @@ def validity_line(report: dict) -> str | None:
         return None
     failed, warned = v.get("failed") or [], v.get("warned") or []
     if not failed and not warned:
-        return (f"Trace checks: all {len(checks)} passed (every launch's GPU work recorded, clocks agree, whole "
-                f"steps, one process, no overlapping work on a stream).")
+        return (f"Trace checks: all {len(checks)} passed ({', '.join(c['name'].replace('_', ' ') for c in checks)}).")
     parts = [f"{len(failed)} failed" if failed else "", f"{len(warned)} warned" if warned else ""]
     lowered = "; findings they touch are marked with a lower confidence" + (
         " and a failed check's findings say so in their title" if failed else "")

@@ -9,6 +9,7 @@ from analyzer.errors import UsageError
 TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = {"meta.json", "report.json"}
 SNAPSHOT_NAMES = ("memory_snapshot.pickle", "memory_snapshot.pickle.gz")
+ANNOTATED = ".annotated."  # analyzer.report.annotate.annotated_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,8 +25,11 @@ def snapshot_beside(folder: Path) -> Path | None:
 
 
 def is_trace_file(path: Path) -> bool:
+    """A trace a folder walk should pick up: not our own reports, not hidden, and not the copy `analyze --annotate`
+    writes beside its original (it analyses as the original; named explicitly it is still read)."""
     name = path.name
-    return path.is_file() and name.endswith(TRACE_SUFFIXES) and name not in NOT_TRACES and not name.startswith(".")
+    return (path.is_file() and name.endswith(TRACE_SUFFIXES) and name not in NOT_TRACES and not name.startswith(".")
+            and ANNOTATED not in name)
 
 
 def trace_stem(path: Path) -> str:

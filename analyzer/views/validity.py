@@ -81,7 +81,7 @@ def _unworked_launches(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     missing = launch[rt.gpu[launch] < 0]
     recent = worked[-RECENT_LAUNCHES:]
     delay = int((gpu.start_ns[rt.gpu[recent]] - rt.start_ns[recent]).max()) if len(recent) else 0
-    end = max(int(rt.end_ns.max()), int(gpu.end_ns.max()), int(ops.end_ns.max()) if len(ops) else 0)
+    end = max(int(rt.end_ns.max()) if len(rt) else 0, int(gpu.end_ns.max()), int(ops.end_ns.max()) if len(ops) else 0)
     return launch, missing, rt.start_ns[missing] + max(delay, 0) >= end
 
 
