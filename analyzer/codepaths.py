@@ -33,7 +33,10 @@ _LIBRARIES = frozenset({
 })
 _INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
 _STDLIB_PATH = re.compile(r"[/\\]lib[/\\]python3(\.\d+)?[/\\]")
-_GENERATED_PATH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|[/\\]\.triton[/\\]cache[/\\]")
+# Inductor's output modules are content-addressed wherever TORCHINDUCTOR_CACHE_DIR puts them: <dir>/xy/cxy<hash>.py
+INDUCTOR_MODULE = r"[/\\]([a-z0-9]{2})[/\\]c\1[a-z0-9]{40,}\.py"
+_GENERATED_PATH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|[/\\]\.triton[/\\]cache[/\\]|"
+                             + INDUCTOR_MODULE)
 _TOOL_PATH = re.compile(r"(^|[/\\])analyzer[/\\]capture")
 
 

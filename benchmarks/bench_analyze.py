@@ -161,6 +161,10 @@ def main(argv=None) -> int:
     out.mkdir(exist_ok=True)
     name = f"analyze-{stamp}-" + "-".join(f"{s:g}" for s in args.sizes) + "mb" + (
         f"-vs-{args.baseline.name}" if args.baseline else "")
+    run = 1
+    while (out / f"{name}{f'-run{run}' if run > 1 else ''}.md").exists():  # never overwrite an earlier result
+        run += 1
+    name += f"-run{run}" if run > 1 else ""
     (out / f"{name}.md").write_text(text)
     (out / f"{name}.json").write_text(json.dumps({"machine": machine, "results": results}, indent=1))
     return 0

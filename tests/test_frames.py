@@ -18,6 +18,9 @@ CASES = [
     ("threading.py(1016): _bootstrap_inner", FrameKind.STDLIB),
     ("<frozen importlib._bootstrap>(1165): _find_and_load", FrameKind.STDLIB),
     ("/tmp/torchinductor_root/lw/clw7y73aeswyfnxf4auksf6b65sifta42pako7mj4yfoga3q24ji.py(1266): call", FrameKind.GENERATED),
+    # Inductor's content-addressed module under a TORCHINDUCTOR_CACHE_DIR of the user's choosing
+    ("/tmp/ind/lx/clxhzbqydevojo6rmzbuet7x24fruk7axxkkubklavnw6gxsorps.py(429): call", FrameKind.GENERATED),
+    ("/home/me/project/ab/cabinet.py(3): open_door", FrameKind.USER),
     ("<eval_with_key>.3(5): forward", FrameKind.GENERATED),
     ("<string>(1): launcher", FrameKind.GENERATED),
     ("analyzer/capture.py(206): profile_run", FrameKind.TOOL),

@@ -29,7 +29,10 @@ FIXTURES = sorted((ROOT / "fixtures").glob("*/*/rank0.trace.json.gz"))
 TRACES = FIXTURES + (sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else [])
 IDS = [p.parent.name if p.name == "rank0.trace.json.gz" else p.name.removesuffix(".json.gz") for p in TRACES]
 RAW_FRAME = re.compile(r"\(\d+\): ")
-NOT_USER = re.compile(r"(^|/)(torch|concurrent|threading|asyncio|importlib)/|^<|torchinductor_")
+# torch, the standard library's threads and imports, generated code (Inductor's content-addressed modules wherever
+# TORCHINDUCTOR_CACHE_DIR puts them: <dir>/xy/cxy<hash>.py)
+NOT_USER = re.compile(r"(^|/)(torch|concurrent|threading|asyncio|importlib)/|^<|torchinductor_"
+                      r"|/([a-z0-9]{2})/c\3[a-z0-9]{40,}\.py")
 
 
 def external(name):

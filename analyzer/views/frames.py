@@ -12,14 +12,14 @@ import re
 
 import numpy as np
 
-from analyzer.codepaths import FrameKind, path_kind
+from analyzer.codepaths import INDUCTOR_MODULE, FrameKind, path_kind
 from analyzer.trace import TraceModel
 from analyzer.views.waits import present_codes
 
 
 _FILE_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.+)$")
 # The compiled graph itself: Inductor's output module, or an FX GraphModule's generated forward.
-_COMPILED_GRAPH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|^<eval_with_key>")
+_COMPILED_GRAPH = re.compile(r"torchinductor_[^/\\]*[/\\]|[/\\]inductor_cache[/\\]|^<eval_with_key>|" + INDUCTOR_MODULE)
 # Frames that run on behalf of their enclosing function: time in them belongs to it.
 _INNER_FUNCTIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
 
