@@ -2,7 +2,7 @@
 next to the saving measured on the GPU (meta.json fix_comparison: the run and its fixed twin timed in one process,
 interleaved; the paired savings' range is the noise band).
 
-    python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/*)
+    python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/* and the serving pair)
 
 Prints a Markdown table (the README's) and exits 1 if a prediction misses: outside both the noise band and 25% of
 the measured saving, or of the wrong sign (a fix whose band is all above zero must be predicted to save time; one
@@ -10,6 +10,7 @@ whose band holds zero buys nothing measurable and must not be predicted above th
 """
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -52,6 +53,38 @@ def row_for(run: Path) -> dict:
     return row
 
 
+# Serving: two captures of the same traffic in separate processes, the fix a config change that timing.compare_fix
+# cannot interleave. The measured saving is per session (the same requests served: output tokens over throughput),
+# its band the range across each run's timed sessions; the prediction is the finding's saving per engine step times
+# the run's engine steps per session. (pair name: pathological run, fixed run, finding kind)
+SESSION_PAIRS = {"serve_vs_no_sleep": ("tests/fixtures/h200_serve/serve", "tests/fixtures/h200_serve/serve_no_sleep",
+                                       "event_loop_idle")}
+
+
+def session_walls_ms(run: Path) -> tuple[list[float], int]:
+    serving = api.read_meta(run / "meta.json").data["serving"]["unprofiled"]
+    return [serving["output_tokens"] / s["throughput_tokens_per_s"] * 1e3 for s in serving["sessions"]], \
+        serving["engine_steps"]
+
+
+def session_row(name: str) -> dict:
+    run, fixed, kind = (REPO / SESSION_PAIRS[name][0], REPO / SESSION_PAIRS[name][1], SESSION_PAIRS[name][2])
+    report = api.analyze(api.load(run, cache=False)).report
+    mine = [f for f in report["findings"] if not f.get("parent") and f["kind"] == kind]
+    finding = max(mine, key=lambda f: f["what_if"].get("saving_ms") or 0.0) if mine else None
+    (before, steps), (after, _) = session_walls_ms(run), session_walls_ms(fixed)
+    per_step = finding["what_if"].get("saving_ms") if finding else None
+    predicted = per_step * steps if per_step is not None else None
+    measured = statistics.median(before) - statistics.median(after)
+    lo, hi = min(before) - max(after), max(before) - min(after)
+    row = {"run": f"{name} (ms per session)", "fix": (finding or {}).get("what_if", {}).get("fix", "–"),
+           "finding": finding["title"] if finding else None, "predicted_ms": predicted, "measured_ms": measured,
+           "band_ms": (lo, hi), "step_ms": statistics.median(before), "fixed_step_ms": statistics.median(after),
+           "basis": report["what_if"].get("basis")}
+    row["within"], row["sign_right"] = verdict(predicted, measured, lo, hi)
+    return row
+
+
 def verdict(predicted: float | None, measured: float, lo: float, hi: float) -> tuple[bool, bool]:
     if predicted is None:
         return False, False
@@ -79,7 +112,7 @@ def _num(x: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     runs = [Path(a) for a in argv] or sorted(p for p in (REPO / "tests/fixtures/h200_whatif").iterdir() if p.is_dir())
-    rows = [row_for(run) for run in runs]
+    rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
     print(table(rows))
     return 0 if all(r["within"] and r["sign_right"] for r in rows) else 1
 

@@ -82,6 +82,17 @@ def test_prediction_is_within_the_measured_noise_band_or_25_percent(path):
         assert row["within"], row
 
 
+def test_serving_pair_predicts_the_session_the_fixed_engine_serves():
+    """serve (the loop parks 1 ms in asyncio.sleep between steps) against serve_no_sleep, two captures of the same
+    traffic on the H200: the event-loop finding's saving per engine step times the steps of a session, against the
+    measured session times (tests/fixtures/h200_serve, meta.json serving.unprofiled.sessions)."""
+    bench = what_if_bench()
+    (name,) = bench.SESSION_PAIRS
+    row = bench.session_row(name)
+    assert row["within"] and row["sign_right"], row
+    assert row["measured_ms"] == pytest.approx(16.38, abs=0.01) and row["predicted_ms"] > 0
+
+
 def test_a_fix_that_buys_nothing_is_predicted_to_buy_nothing():
     # item_sync's .item() in a launch-bound eager decode: measured -0.15 ms per step (band -1.13 … 0.77)
     report = report_of(HERE / "fixtures" / "h200_whatif" / "item_sync")
