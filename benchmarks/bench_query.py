@@ -1,4 +1,4 @@
-"""What `query` costs on a dataset of a large job: the README's queries over a synthetic dataset with the row counts
+"""What `query` costs on a dataset of a large job: docs/fleet.md's queries over a synthetic dataset with the row counts
 of N ranks x one trace each (default 1,024 ranks; a 1 GB decode trace holds ~1,400 steps).
 
     python benchmarks/bench_query.py [--ranks 1024] [--steps 1400] [--collectives 2000] [--work DIR]
@@ -63,7 +63,7 @@ def synthesize(out: Path, ranks: int, steps: int, collectives: int, source: Path
 
 
 def readme_queries() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "fleet.md").read_text()
     section = text.split("### `python -m analyzer query DIR")[1].split("\n### ")[0]
     return re.findall(r"```sql\n(.*?)```", section, re.S)
 

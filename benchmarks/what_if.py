@@ -4,7 +4,7 @@ interleaved; the paired savings' range is the noise band).
 
     python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/* and the serving pair)
 
-Prints a Markdown table (the README's) and exits 1 if a prediction misses: outside both the noise band and 25% of
+Prints a Markdown table (docs/cli.md's) and exits 1 if a prediction misses: outside both the noise band and 25% of
 the measured saving, or of the wrong sign (a fix whose band is all above zero must be predicted to save time; one
 whose band holds zero buys nothing measurable and must not be predicted above the band).
 """

@@ -18,3 +18,25 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.Comp
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# Markers (registered in pyproject.toml) so that the core loop can leave out what is slow or needs more than the
+# base install: pytest -m "not torch and not browser and not fleet and not external".
+TORCH_MODULES = {"test_capture_cpu.py", "test_capture_phases.py", "test_recompiles.py", "test_serving.py",
+                 "test_third_party_workloads.py", "test_tp_cpu.py", "test_workload_validation.py"}
+FLEET_MODULES = {"test_fleet.py", "test_job_report.py", "test_dashboard_job.py"}
+EXTERNAL_MODULES = {"test_external_traces.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        if any(m.name == "skipif" and "playwright" in str(m.kwargs.get("reason", "")) for m in item.iter_markers()):
+            item.add_marker("browser")
+        if name in TORCH_MODULES:
+            item.add_marker("torch")
+        if name in FLEET_MODULES:
+            item.add_marker("fleet")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if name in EXTERNAL_MODULES or any("traces/external" in str(v) for v in params.values()):
+            item.add_marker("external")

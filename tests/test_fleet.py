@@ -137,7 +137,7 @@ def test_query_prints_table_csv_and_json(dataset):
 
 
 def readme_queries() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "fleet.md").read_text()
     section = text.split("### `python -m analyzer query DIR")[1].split("\n### ")[0]
     return re.findall(r"```sql\n(.*?)```", section, re.S)
 
@@ -157,7 +157,7 @@ def test_the_readmes_queries_run(dataset):
 
 
 def test_readme_documents_the_schema():
-    assert describe() in (REPO / "README.md").read_text()
+    assert describe() in (REPO / "docs" / "fleet.md").read_text()
 
 
 def test_in_process_cluster_with_the_python_api(tmp_path):

@@ -455,7 +455,7 @@ def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
 
 
 def describe_schema() -> str:
-    """The schema as a Markdown table (README and `python -m analyzer schema`)."""
+    """The schema as a Markdown table (docs/workloads.md and `python -m analyzer schema`)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for f in SCHEMA:
         kind = "/".join(dict.fromkeys(k.__name__ for k in (f.kind if isinstance(f.kind, tuple) else (f.kind,))))

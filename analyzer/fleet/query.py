@@ -1,6 +1,6 @@
 """`query DIR "SQL"`: DuckDB (embedded, in memory) over the Parquet dataset, each table a view over its files with
 the hive partitions `job` and `rank` as columns. A table with no files yet is an empty view of its schema, so every
-query of the README runs on any dataset. Only the tables whose names the SQL mentions get a view."""
+query of docs/fleet.md runs on any dataset. Only the tables whose names the SQL mentions get a view."""
 from __future__ import annotations
 
 import csv

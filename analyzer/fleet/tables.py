@@ -1,5 +1,5 @@
 """report.json -> the dataset's rows: one list of plain dicts per table, every value taken from the report that
-`api.analyze` returned (nothing re-derived), typed by `SCHEMA`. The README's schema section is `describe()`.
+`api.analyze` returned (nothing re-derived), typed by `SCHEMA`. docs/fleet.md's schema section is `describe()`.
 
 Every table's rows carry `content_key` (the join key to `traces`); `job` and `rank` are the hive partition
 columns of the folder each file sits in, not columns of the files."""
@@ -239,7 +239,7 @@ def typed(table: str, rows: list[dict]) -> list[dict]:
 
 
 def describe() -> str:
-    """The dataset's schema as Markdown: one table per dataset table (the README's copy is tested against it)."""
+    """The dataset's schema as Markdown: one table per dataset table (docs/fleet.md's copy is tested against it)."""
     parts = []
     for table, columns in SCHEMA.items():
         lines = [f"`{table}`", "", "| column | type | meaning |", "|---|---|---|"]
