@@ -21,11 +21,12 @@ def cli():
 
 
 # Markers (registered in pyproject.toml) so that the core loop can leave out what is slow or needs more than the
-# base install: pytest -m "not torch and not browser and not fleet and not external".
+# base install: pytest -m "not torch and not browser and not fleet and not external and not slow".
 TORCH_MODULES = {"test_capture_cpu.py", "test_capture_phases.py", "test_recompiles.py", "test_serving.py",
                  "test_third_party_workloads.py", "test_tp_cpu.py", "test_workload_validation.py"}
 FLEET_MODULES = {"test_fleet.py", "test_job_report.py", "test_dashboard_job.py"}
 EXTERNAL_MODULES = {"test_external_traces.py"}
+SLOW_MODULES = {"test_dashboard_load.py", "test_fuzz_traces.py"}  # many clients; many mutated traces
 
 
 def pytest_collection_modifyitems(config, items):
@@ -37,6 +38,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("torch")
         if name in FLEET_MODULES:
             item.add_marker("fleet")
+        if name in SLOW_MODULES:
+            item.add_marker("slow")
         params = getattr(getattr(item, "callspec", None), "params", {})
         if name in EXTERNAL_MODULES or any("traces/external" in str(v) for v in params.values()):
             item.add_marker("external")
