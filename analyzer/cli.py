@@ -172,22 +172,24 @@ def cmd_schema(args) -> int:
 
 
 def load_report(path: str | Path) -> tuple[str, dict]:
-    """A report.json, or a run folder / trace to analyze now (its report.json is reused when present)."""
+    """A report.json, or a run folder / trace to analyze now (the report beside it is reused when it is the report
+    of the trace as it is now)."""
     from analyzer import api
-    from analyzer.report.diff import read_report as _read_report
     path = Path(path)
     if path.is_file() and path.name == "report.json":
-        report = _read_report(path)
-        return path.parent.name, report
-    if path.is_dir() and (path / "report.json").is_file():
-        report = _read_report(path / "report.json")
-        trace = Path(report["source"]["trace"])
-        if trace.is_file() and trace.stat().st_mtime <= (path / "report.json").stat().st_mtime:
-            return path.name, report
-    items = api.find(path)
+        return path.parent.name, api.read_report(path)
+    try:
+        items = api.find(path)
+    except UsageError:
+        if path.is_dir() and (path / "report.json").is_file():  # a folder of reports, its trace elsewhere
+            return path.name, api.read_report(path / "report.json")
+        raise
     if len(items) != 1:
         raise UsageError(f"{path}: holds {len(items)} traces; diff one trace (or report.json) against another")
-    return (path.name if path.is_dir() else path.name), api.analyze(_load(items[0], cache=True)).report
+    stored = api.fresh_report(items[0].trace, [items[0].out_dir])
+    if stored is not None:
+        return path.name, api.read_report(stored)
+    return path.name, api.analyze(_load(items[0], cache=True)).report
 
 
 def print_summary(report: dict, written: list[Path]) -> None:

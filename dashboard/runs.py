@@ -17,8 +17,6 @@ import zlib
 from collections import OrderedDict
 from pathlib import Path
 
-import msgspec
-
 from analyzer import api
 from analyzer.api import RunMeta, TimelineData, is_trace_file, read_meta, trace_stem
 from analyzer.errors import UsageError
@@ -31,7 +29,6 @@ DISCOVERY_TTL_S = 1.0
 # Parsing a trace takes many times its model's memory for a while: loads wait for each other rather than add up
 # (eight tabs opening eight new runs would otherwise hold eight parses at once).
 TRACE_LOADS_AT_ONCE = 1
-REPORT_SCHEMA_PREFIX = b'"schema": "gpu-idle-analyzer/report/'
 JOB_SCHEMA_PREFIX = '"schema": "gpu-idle-analyzer/job-report/'
 
 
@@ -351,7 +348,7 @@ class RunStore:
             return _summary_of(report) if report else None
         key = (str(path), path.stat().st_mtime_ns)
         if key not in self._summaries:
-            report = _read_json(path)
+            report = api.read_report_or_none(path)
             self._summaries[key] = _summary_of(report) if report else None
         return self._summaries[key]
 
@@ -361,13 +358,11 @@ class RunStore:
         return [run.out_dir, self.cache_root / run.run_id]
 
     def _cached_report_path(self, run: Run) -> Path | None:
-        """Our report.json for this trace, newer than the trace, in the run folder or the cache folder."""
-        trace_mtime = run.stamp()[0]
+        """Our report.json of this trace as it is now, in the run folder or the cache folder."""
         for folder in self._report_dirs(run):
             path = folder / "report.json"
             try:
-                if (path.is_file() and path.stat().st_mtime_ns >= trace_mtime and _inside(path, self.root)
-                        and _is_our_report(path)):
+                if path.is_file() and _inside(path, self.root) and api.is_report_of(path, run.trace):
                     return path
             except OSError:
                 continue
@@ -380,7 +375,7 @@ class RunStore:
                 self._reports.move_to_end(key)
                 return self._reports[key]
         path = self._cached_report_path(run)
-        report = _read_json(path) if path else None
+        report = api.read_report_or_none(path) if path else None
         if report is not None:
             self._remember(key, report)
         return report
@@ -491,25 +486,6 @@ class RunStore:
                     data = api.timeline(api.views(self._trace(run)), report, cache=True)
                 self.timelines.put(key, data)
         return data
-
-
-def _is_our_report(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return REPORT_SCHEMA_PREFIX in f.read(4096)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = path.read_bytes()
-        try:  # msgspec's decoder: a 2 MB report in a quarter of json's time (a fresh server's first page waits on it)
-            report = msgspec.json.decode(data)
-        except msgspec.DecodeError:  # NaN is not JSON, but json.dumps writes it
-            report = json.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpu-idle-analyzer/report/"):
-        return None
-    return report
 
 
 LAUNCH_KINDS = ("launch_gap",)  # the finding nearly every eager run has: the run list looks past it

@@ -15,6 +15,7 @@ from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
 from analyzer.views.sites import describe_site, site_keys
+from analyzer.report.stored import trace_key
 from analyzer.views.validity import confidence, title_prefix, validity_checks
 from analyzer.views.whatif import evaluate
 from analyzer.trace import GpuKind, TraceModel
@@ -40,7 +41,7 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
         "schema": REPORT_SCHEMA,
         "tool": {"name": "gpu-idle-analyzer", "version": __version__},
         "source": {"trace": str(source), "meta": str(meta.path) if meta else None,
-                   "meta_warnings": list(meta.warnings) if meta else []},
+                   "meta_warnings": list(meta.warnings) if meta else [], "trace_key": trace_key(Path(source))},
         "summary": _summary(ctx, findings),
         "run": _run_info(meta),
         "trace": _trace_info(model),

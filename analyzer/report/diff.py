@@ -2,26 +2,13 @@
 from __future__ import annotations
 
 import html
-import json
 import statistics
-from pathlib import Path
 
-from analyzer.errors import UsageError
 from analyzer.report.mdsafe import cell, code, finish, one_line
 from analyzer.report.verdict import verdict
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
-
-
-def read_report(path: Path) -> dict:
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable report.json ({exc})") from None
-    if not isinstance(report, dict) or not str(report.get("schema", "")).startswith("gpu-idle-analyzer/report/"):
-        raise UsageError(f"{path}: not a gpu-idle-analyzer report.json (no 'schema' key)")
-    return report
 
 
 def _finding_key(f: dict) -> tuple:
