@@ -31,7 +31,8 @@ from analyzer.report.whatif_text import ranked, saving_cell, what_if_line
 from analyzer.report.plotly_json import packed
 from analyzer.report.stored import fresh_report, is_report_of, read_report, read_report_or_none
 from analyzer.trace import TraceError, TraceModel, load_trace
-from analyzer.trace.inputs import TraceInput, is_trace_file, latest_run, resolve_inputs, trace_stem
+from analyzer.trace.inputs import (TraceInput, is_trace_file, is_within, latest_run, resolve_inputs, trace_stem,
+                                   walk_traces)
 from analyzer.trace.runmeta import RunMeta, read_meta
 from analyzer.trace.snapshot import MemorySnapshot, read_snapshot
 from analyzer.views.context import AnalysisContext
@@ -40,10 +41,11 @@ from analyzer.views.idle import CAUSES
 __all__ = [
     "Analysis", "BINS", "CAUSES", "EXACT_LIMIT", "LaneView", "MARKER_LIMIT", "REPORT_SCHEMA", "REQUEST_STATES",
     "RunMeta", "TimelineData", "TimelineView", "Trace", "TraceInput", "analyze", "annotate", "compare", "find",
-    "fresh_report", "is_improvement", "is_report_of", "is_trace_file", "latest_run", "load", "load_model",
-    "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "read_report", "read_report_or_none",
-    "render", "render_diff_markdown", "saving_cell", "timeline", "trace_stem", "validity_items", "validity_line",
-    "views", "what_if_line", "window_start_us", "write", "write_reports",
+    "fresh_report", "is_improvement", "is_report_of", "is_trace_file", "is_within", "latest_run", "load",
+    "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "read_report",
+    "read_report_or_none", "render", "render_diff_markdown", "saving_cell", "timeline", "trace_stem",
+    "validity_items", "validity_line", "views", "walk_traces", "what_if_line", "window_start_us", "write",
+    "write_reports",
 ]
 
 

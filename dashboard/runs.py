@@ -18,7 +18,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from analyzer import api
-from analyzer.api import RunMeta, TimelineData, is_trace_file, read_meta, trace_stem
+from analyzer.api import RunMeta, TimelineData, is_within, read_meta, trace_stem, walk_traces
 from analyzer.errors import UsageError
 from dashboard.lru import SizedLru
 
@@ -65,43 +65,26 @@ class RunRow:
     best_saving: dict | None = None  # the top-level finding whose fix saves the most
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(root)
-    except (OSError, RuntimeError):  # a symlink loop
-        return False
-
-
 def _subfolders(folder: Path, root: Path) -> list[Path]:
     try:
         entries = sorted(folder.iterdir())
     except OSError:
         return []
-    return [p for p in entries if not p.name.startswith(".") and p.is_dir() and _inside(p, root)]
+    return [p for p in entries if not p.name.startswith(".") and p.is_dir() and is_within(p, root)]
 
 
 def discover_runs(root: Path) -> list[Run]:
     """Run folders (folders holding a trace file) one and two levels under root, in path order."""
     root = root.resolve()
     runs, seen = [], set()
-    for level1 in _subfolders(root, root):
-        for folder in [level1, *_subfolders(level1, root)]:
-            try:
-                has_trace = any(is_trace_file(p) for p in folder.iterdir())
-            except OSError:
-                continue
-            if not has_trace:
-                continue
-            rel = folder.relative_to(root).as_posix()
-            items = api.find(folder)
-            for item in items:
-                if not _inside(item.trace, root):
-                    continue
-                run_id = rel if len(items) == 1 else f"{rel}/{trace_stem(item.trace)}"
-                meta = item.meta if item.meta and _inside(item.meta, root) else None
-                if run_id not in seen:
-                    seen.add(run_id)
-                    runs.append(Run(run_id, item.trace, meta, item.out_dir, item.snapshot))
+    for folder, items in walk_traces(root, min_depth=1, max_depth=2, within=root):
+        rel = folder.relative_to(root).as_posix()
+        for item in items:
+            run_id = rel if len(items) == 1 else f"{rel}/{trace_stem(item.trace)}"
+            meta = item.meta if item.meta and is_within(item.meta, root) else None
+            if run_id not in seen:
+                seen.add(run_id)
+                runs.append(Run(run_id, item.trace, meta, item.out_dir, item.snapshot))
     return runs
 
 
@@ -362,7 +345,7 @@ class RunStore:
         for folder in self._report_dirs(run):
             path = folder / "report.json"
             try:
-                if path.is_file() and _inside(path, self.root) and api.is_report_of(path, run.trace):
+                if path.is_file() and is_within(path, self.root) and api.is_report_of(path, run.trace):
                     return path
             except OSError:
                 continue

@@ -92,3 +92,21 @@ def test_the_dashboard_lists_a_copied_run_as_analyzed_and_a_rewritten_one_as_not
     rewrite_trace(moved / "item_sync")
     store = RunStore(moved)
     assert store.row(store.find("item_sync")).status == "not analyzed"
+
+
+def test_the_dashboard_and_analyze_many_find_the_same_traces_in_one_tree(tmp_path):
+    """One walker (trace/inputs.walk_traces): hidden folders, the .report folder of a bare trace and the annotated
+    copy beside a trace are skipped by the dashboard's run list and by analyze-many alike."""
+    from analyzer.fleet.inputs import expand
+    from dashboard.runs import discover_runs
+    root = tmp_path / "runs"
+    trace = FIX / "decode" / "rank0.trace.json.gz"
+    for rel in ("a/rank0.trace.json.gz", "a/rank0.annotated.trace.json.gz", "b/rank0.trace.json.gz",
+                "b/rank1.trace.json.gz", ".hidden/x/rank0.trace.json.gz", "c/bare.json.gz",
+                "c/bare.report/deep/rank0.trace.json.gz", "d/e/rank0.trace.json.gz"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(trace, root / rel)
+    wanted = {"a/rank0.trace.json.gz", "b/rank0.trace.json.gz", "b/rank1.trace.json.gz", "c/bare.json.gz",
+              "d/e/rank0.trace.json.gz"}
+    assert {r.trace.relative_to(root.resolve()).as_posix() for r in discover_runs(root)} == wanted
+    assert {Path(f.trace.trace).relative_to(root).as_posix() for f in expand([str(root)])} == wanted

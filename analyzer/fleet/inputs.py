@@ -17,7 +17,6 @@ from analyzer.trace.cache import fingerprint
 
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 GLOB_CHARS = re.compile(r"[*?\[]")
-SKIPPED_DIRS = (".report",)  # report folders of `analyze` beside a trace hold no traces of their own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +70,8 @@ def _traces_of(given: str) -> list[tuple[str, api.TraceInput]]:
         raise UsageError(f"{given}: no such file or folder")
     if path.is_file():
         return [(given, item) for item in api.find(path)]
-    out = []
-    for folder, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith(SKIPPED_DIRS))
-        if any(api.is_trace_file(Path(folder) / f) for f in files):
-            out += [(os.path.join(given, os.path.relpath(item.trace, path)), item) for item in api.find(folder)
-                    if api.is_trace_file(item.trace)]
-    return out
+    return [(os.path.join(given, os.path.relpath(item.trace, path)), item)
+            for _, items in api.walk_traces(path) for item in items]
 
 
 def _job_name(item: api.TraceInput, traces_in_folder: int) -> str:

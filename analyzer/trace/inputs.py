@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Iterator
 
 from analyzer.errors import UsageError
 
@@ -10,6 +12,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = {"meta.json", "report.json"}
 SNAPSHOT_NAMES = ("memory_snapshot.pickle", "memory_snapshot.pickle.gz")
 ANNOTATED = ".annotated."  # analyzer.report.annotate.annotated_name
+REPORT_FOLDER = ".report"  # `analyze TRACE` writes <trace name>.report/ beside a bare trace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +68,35 @@ def resolve_inputs(path: str | Path, out: str | Path | None = None) -> list[Trac
     if len(traces) == 1:
         return [TraceInput(traces[0], meta, base, snapshot_beside(path))]
     return [TraceInput(t, meta, base / f"{trace_stem(t)}.report") for t in traces]
+
+
+def is_within(path: Path, root: Path) -> bool:
+    """Whether path's real location is under root (root resolved); False for a symlink loop."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def walk_traces(root: str | Path, *, min_depth: int = 0, max_depth: int | None = None,
+                within: Path | None = None) -> Iterator[tuple[Path, list[TraceInput]]]:
+    """Each folder under root that holds traces (root itself is depth 0), in path order, with its traces as
+    resolve_inputs gives them. Hidden folders and the `.report` folders of bare traces are not entered; with
+    `within`, neither is a folder, nor kept a trace, whose real path leaves it (a symlink out of the served tree)."""
+    root = Path(root)
+    within = within.resolve() if within is not None else None
+    for folder, dirs, files in os.walk(root, followlinks=max_depth is not None):  # bounded: links are safe
+        here = Path(folder)
+        depth = len(here.relative_to(root).parts)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not d.endswith(REPORT_FOLDER)
+                         and (max_depth is None or depth < max_depth)
+                         and (within is None or is_within(here / d, within)))
+        if depth < min_depth or not any(is_trace_file(here / f) for f in files):
+            continue
+        items = [item for item in resolve_inputs(here)
+                 if within is None or is_within(item.trace, within)]
+        if items:
+            yield here, items
 
 
 def latest_run(folder: str | Path) -> Path:
