@@ -1,13 +1,15 @@
 """The layers of ARCHITECTURE.md, enforced: capture -> trace -> views -> detectors -> report -> api -> cli, with the
-dashboard beside the cli. Every import (at module level or inside a function) is read from the source with ast; a
-layer may import only the layers it lists, and no module may reach itself through its imports."""
+dashboard beside the cli, the workloads beside capture and the benchmarks above everything. Every import (at module
+level or inside a function) is read from the source with ast; a layer may import only the layers it lists and the
+third-party packages it lists, and no module may reach itself through its imports."""
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LEAVES = {"analyzer.errors", "analyzer.units", "analyzer.arrays", "analyzer.progress", "analyzer.codepaths", "analyzer"}  # `analyzer`: __version__ only
 ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
-    "analyzer.capture": set(),
+    "analyzer.capture": {"workloads.runtime"},  # the workloads it runs: that module, and scripts loaded by path
     "analyzer.trace": set(),
     "analyzer.views": {"analyzer.trace"},
     "analyzer.detectors": {"analyzer.views", "analyzer.trace"},
@@ -17,7 +19,26 @@ ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
     "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "analyzer.fleet", "dashboard"},
     "analyzer.__main__": {"analyzer.cli"},
     "dashboard": {"analyzer.api", "analyzer.report.palette"},
+    "workloads": set(),  # analyzer.errors (a leaf) only: the scripts know nothing of the analyzer
+    "benchmarks": {"analyzer", "dashboard", "workloads"},  # they time the internals; nothing imports them
 }
+# layer -> third-party packages (import names) it may import; the stdlib is always allowed. What each install
+# declares for them is tests/test_extras.py's business; this is which layer may depend on what at all.
+THIRD_PARTY = {
+    "analyzer.capture": {"torch", "yaml"},  # runs on a GPU box as `python3 -m analyzer capture`, nothing installed
+    "analyzer.trace": {"numpy", "msgspec"},
+    "analyzer.views": {"numpy"},
+    "analyzer.detectors": {"numpy"},
+    "analyzer.report": {"numpy", "msgspec", "plotly", "hta"},  # hta: `analyze --hta` only, under try/except
+    "analyzer.api": {"numpy"},
+    "analyzer.fleet": {"numpy", "pandas", "pyarrow", "duckdb", "distributed", "psutil"},
+    "analyzer.cli": set(),
+    "analyzer.__main__": set(),
+    "dashboard": {"numpy", "dash", "flask", "plotly", "werkzeug"},
+    "workloads": {"torch", "numpy", "transformers"},  # transformers: workloads/hf_generate.py ([hf] extra)
+    "benchmarks": {"torch", "transformers", "hta", "distributed", "playwright", "werkzeug"},
+}
+OURS = ("analyzer", "dashboard", "workloads", "benchmarks")
 LEAF_ALLOWED = {leaf: set() for leaf in LEAVES}
 
 
@@ -43,10 +64,25 @@ def imports(path: Path) -> set[str]:
                 out.add(full if full in MODULES else base)
         elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-    return {m for m in out if m.split(".")[0] in ("analyzer", "dashboard")}
+    return {m for m in out if m.split(".")[0] in OURS}
 
 
-FILES = sorted([*ROOT.glob("analyzer/**/*.py"), *ROOT.glob("dashboard/**/*.py")])
+def third_party(path: Path) -> set[str]:
+    """Top-level names of the packages this file imports that are neither ours, the stdlib, nor its own folder's
+    modules (benchmarks import their siblings by name)."""
+    siblings = {p.stem for p in path.parent.glob("*.py")}
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return {m for m in out if m not in OURS and m not in sys.stdlib_module_names and m not in siblings
+            and m != "__future__"}
+
+
+FILES = sorted(p for pattern in ("analyzer/**/*.py", "dashboard/**/*.py", "workloads/**/*.py", "benchmarks/**/*.py")
+               for p in ROOT.glob(pattern))
 MODULES = {module_name(p) for p in FILES}
 GRAPH = {module_name(p): imports(p) for p in FILES}
 
@@ -71,7 +107,8 @@ def test_layers_import_only_downward():
         own = layer(module)
         allowed = LEAF_ALLOWED.get(own, ALLOWED.get(own, set())) | {own}
         for target in targets:
-            if target in LEAVES or layer(target) in allowed or target in allowed:
+            if target in LEAVES or layer(target) in allowed or any(
+                    target == a or target.startswith(a + ".") for a in allowed):
                 continue
             wrong.append(f"{module} imports {target}")
     assert not wrong, "\n".join(sorted(wrong))
@@ -107,3 +144,19 @@ def test_no_import_circles():
     for module in sorted(GRAPH):
         if module not in state:
             visit(module)
+
+
+def test_each_layer_imports_only_its_third_party_packages():
+    wrong = []
+    for path in FILES:
+        module = module_name(path)
+        own = layer(module)
+        allowed = THIRD_PARTY["analyzer.api" if own in LEAVES else own]
+        wrong += [f"{module} imports {name}" for name in sorted(third_party(path) - allowed)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_capture_reaches_the_workloads_through_their_runtime_only():
+    reached = {t for m, targets in GRAPH.items() if layer(m) == "analyzer.capture" for t in targets
+               if t.startswith("workloads")}
+    assert reached == {"workloads.runtime"}, reached

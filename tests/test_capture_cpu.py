@@ -106,6 +106,25 @@ def test_failure_mid_run_leaves_incomplete_run(tmp_path, cli):
     assert "unprofiled" in meta  # what ran before the failure is kept
 
 
+def test_a_script_builds_its_own_model_through_the_build_model_hook(tmp_path, cli):
+    """Workload.build_model(workload, device, dtype, tp) replaces the default Qwen2 builder (workloads/runtime.py):
+    here one layer whatever model.layers says, which meta.json's model shape shows."""
+    (tmp_path / "own.py").write_text(
+        "from workloads.base import DecodeWorkload\n"
+        "from workloads.qwen2 import PRESETS, random_model\n"
+        "class Workload(DecodeWorkload):\n"
+        "    @classmethod\n"
+        "    def build_model(cls, workload, device, dtype, tp=None):\n"
+        "        return random_model(PRESETS['tiny'].with_layers(1), device, dtype, workload.seed, tp=tp)\n")
+    (tmp_path / "own.yaml").write_text("script: own.py\nmodel: {preset: tiny, layers: 3}\nprompt_length: 8\n"
+                                       "decode_steps: 2\nprofiler: {active: 2}\n")
+    out = tmp_path / "traces"
+    result = cli("capture", str(tmp_path / "own.yaml"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((only_run(out) / "meta.json").read_text())
+    assert meta["model"]["config"]["num_hidden_layers"] == 1, meta["model"]
+
+
 @pytest.mark.parametrize("name", ["decode", "prefill", "batch_decode", "item_sync", "print_tensor", "alloc_churn"])
 def test_every_shipped_workload_runs_on_cpu(tmp_path, cli, name):
     """The shipped YAMLs with the tiny preset swapped in, so CI runs each script for real."""

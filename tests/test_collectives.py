@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from analyzer import api
-from analyzer.views.collectives import collective_name, collective_table, comm_totals
+from analyzer.fleet.collectives import collective_table
+from analyzer.views.collectives import collective_name, comm_totals
 from rawtrace import _ns, is_gpu_work, raw_events
 
 ROOT = Path(__file__).resolve().parent.parent

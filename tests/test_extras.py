@@ -45,17 +45,12 @@ SERVES = {
     "analyzer/fleet": "fleet",
     "analyzer/cli.py::cmd_analyze_many": "fleet",
     "analyzer/cli.py::cmd_query": "fleet",
-    "analyzer/report/job.py": "fleet",  # the job report, written by analyze-many
-    "analyzer/report/job_render.py": "fleet",
-    "analyzer/views/collectives.py::collective_table": "fleet",  # the Parquet collectives table (pandas);
-    #                                                                analyze needs only comm_totals
     "analyzer/report/hta.py": "hta",  # analyze --hta
     "workloads/hf_generate.py": "hf",  # workloads/hf_generate.yaml
     # Development: the suite, and the benchmarks and scripts run from a checkout set up with the test extra
     "tests": "test",
     "benchmarks": "test",
     "scripts": "test",
-    "dashboard/bench_page.py": "test",
 }
 
 # The suite runs these extras' code with the test extra alone (CI installs test,hta): tests/test_fleet.py,

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from analyzer.fleet import job_tables
-from analyzer.report.job import (job_summary, match_collectives, normalise,
+from analyzer.fleet.job import (job_summary, match_collectives, normalise,
                                  render_job_html, render_job_markdown, write_job_report)
 from analyzer.report.mdsafe import _CODE_SPAN
 from analyzer.views.idle import CAUSES

@@ -11,7 +11,9 @@ Optional hooks (all have defaults here; the capture also accepts scripts that do
 `workload.timing.warmup_steps`, `workload.path`); `option_sections` names schema sections (e.g. `("hf",)`) whose keys
 reach `__init__` as `options` (a dict of dotted keys: `options["hf.max_new_tokens"]`); `tokens_per_step` is the
 tokens one `step()` adds per sequence (meta.json's tokens/s); `describe()` returns facts about the run for meta.json's
-`script_info`. The capture's steps kind (analyzer/capture/steps.py) drives these classes.
+`script_info`; `build_model(workload, device, dtype, tp)` (a classmethod) builds the model the script runs instead of
+workloads/runtime.py's Qwen2 from `model.preset` / `model.checkpoint`. The capture's steps kind
+(analyzer/capture/steps.py) drives these classes.
 """
 from __future__ import annotations
 

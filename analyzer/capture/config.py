@@ -40,8 +40,8 @@ def script_names() -> list[str]:
 
 def _preset_names() -> tuple[str, ...]:
     # Lazily: workloads.qwen2 imports torch, which the schema docs do not need.
-    from workloads.qwen2.config import PRESETS
-    return tuple(PRESETS)
+    from workloads.runtime import preset_names
+    return preset_names()
 
 
 SCHEMA: tuple[Field, ...] = (

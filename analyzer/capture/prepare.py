@@ -8,7 +8,6 @@ import importlib.util
 import os
 import platform
 import traceback
-from pathlib import Path
 
 import torch
 
@@ -78,18 +77,11 @@ def _load_workload_class(config: CaptureConfig, path, key: str) -> type:
     return module.Workload
 
 
-def build_model(config: CaptureConfig, device: torch.device, dtype: torch.dtype, tp=None):
-    """The workload's model; with `tp` (workloads.qwen2.TensorParallel of size > 1) this rank's slices of it."""
-    from workloads.qwen2 import PRESETS, CheckpointError, load_checkpoint, random_model
-    m = config.model
-    try:
-        if m.checkpoint:
-            return load_checkpoint(m.checkpoint, device, dtype, m.layers, tp=tp)
-        return random_model(PRESETS[m.preset].with_layers(m.layers), device, dtype, config.seed, tp=tp)
-    except CheckpointError as exc:
-        raise UsageError(f"{config.path}: key 'model.checkpoint': {exc}") from None
-    except ValueError as exc:  # a shape tensor parallelism cannot cut (parallel.plan_shard)
-        raise UsageError(f"{config.path}: key 'tp': {exc}") from None
+def build_model(config: CaptureConfig, script: type, device: torch.device, dtype: torch.dtype, tp=None):
+    """The model the script runs: its Workload's own `build_model(workload, device, dtype, tp)` when it has one,
+    else workloads.runtime's (Qwen2 from the preset or checkpoint); with `tp` this rank's slices of it."""
+    from workloads import runtime
+    return getattr(script, "build_model", runtime.build_model)(config, device, dtype, tp)
 
 
 def check_tensor_parallel(config: CaptureConfig, script: type) -> None:
@@ -99,14 +91,8 @@ def check_tensor_parallel(config: CaptureConfig, script: type) -> None:
     if not getattr(script, "tensor_parallel", False):
         raise UsageError(f"{config.path}: key 'tp': script {config.script!r} does not run tensor parallel (its "
                          "Workload has no `tensor_parallel = True`); allowed with tp > 1: tp_decode")
-    from workloads.qwen2 import PRESETS, config_from_hf
-    from workloads.qwen2.parallel import plan_shard
-    m = config.model
-    try:
-        plan_shard(config_from_hf(Path(m.checkpoint) / "config.json") if m.checkpoint else PRESETS[m.preset], 0,
-                   config.tp)
-    except ValueError as exc:
-        raise UsageError(f"{config.path}: key 'tp': {exc}") from None
+    from workloads import runtime
+    runtime.check_shard(config)
 
 
 def environment(device: torch.device) -> dict:
@@ -136,9 +122,15 @@ def _cuda_driver_version() -> str | None:
 
 def model_meta(config: CaptureConfig, model) -> dict:
     """meta.json's `model`: preset or checkpoint, dtype, parameter count and the full shape."""
+    shape = getattr(model, "config", None)
+    if dataclasses.is_dataclass(shape):
+        parameters, shape = shape.parameter_count(), dataclasses.asdict(shape)
+    else:  # a model of the script's own (build_model hook): a Hugging Face config, or none
+        parameters = sum(p.numel() for p in model.parameters())
+        shape = shape.to_dict() if hasattr(shape, "to_dict") else None
     meta = {"preset": None if config.model.checkpoint else config.model.preset,
             "checkpoint": config.model.checkpoint, "dtype": str(model.dtype).replace("torch.", ""),
-            "parameters": model.config.parameter_count(), "config": dataclasses.asdict(model.config)}
+            "parameters": parameters, "config": shape}
     shard = getattr(model, "shard", None)
     if shard is not None and shard.size > 1:
         meta["tensor_parallel"] = shard.as_dict(model.config)

@@ -47,7 +47,7 @@ def run_rank(args, rank: int, world: int, local_rank: int, staging: Path) -> dic
     from analyzer.capture.runner import Outcome, make_kind, run_phases
     from analyzer.capture.session import CaptureSession
     from analyzer.progress import Progress
-    from workloads.qwen2 import Sampling, TensorParallel
+    from workloads import runtime
 
     config = load_config(args.workload, args.set)
     if args.backend == "nccl":
@@ -71,8 +71,8 @@ def run_rank(args, rank: int, world: int, local_rank: int, staging: Path) -> dic
         script.check_workload(config, device)
     dtype = resolve_dtype(config, device)
     torch.manual_seed(config.seed)
-    model = build_model(config, device, dtype, TensorParallel.from_process_group())
-    sampling = Sampling(config.sampling.temperature, config.sampling.top_k)
+    model = build_model(config, script, device, dtype, runtime.tensor_parallel())
+    sampling = runtime.sampling(config)
     notes = [] if device.type == "cuda" else [f"CPU rank: torch.set_num_threads({torch.get_num_threads()}), the "
                                               f"machine's {os.cpu_count()} cores shared by {world} ranks"]
     session = CaptureSession(config, device, RunFolder.attach(staging), Progress(), notes, rank=rank)

@@ -38,9 +38,9 @@ def capture(config: CaptureConfig, out_dir: Path, argv: list[str]) -> int:
     if hasattr(script, "check_workload"):
         script.check_workload(config, device)
     torch.manual_seed(config.seed)
-    model = build_model(config, device, dtype)
-    from workloads.qwen2 import Sampling
-    sampling = Sampling(config.sampling.temperature, config.sampling.top_k)
+    model = build_model(config, script, device, dtype)
+    from workloads import runtime
+    sampling = runtime.sampling(config)
     run = RunFolder(out_dir, config.run_name)
     header = {"created_utc": utc_stamp(), "command": ["python", "-m", "analyzer", *argv],
               "workload_file": str(config.path), "workload": config.as_dict(), "environment": environment(device),

@@ -55,14 +55,14 @@ class ServeKind:
         """The same traffic `serve.timed_sessions` times without the profiler; the session of median throughput is
         reported, with every session's headline figures beside it (a short session's numbers vary with arrival
         timing)."""
-        from workloads.serving.metrics import summarize
+        from workloads.runtime import serving_summary
         sessions = self.config.serve.timed_sessions
         session.progress.phase("serving (no profiler)", self.requests * sessions, self.unit)
         runs = []
         for _ in range(sessions):
             runs.append(self.wl.session(on_step=self._advance_per_request(session)))
             session.sync()
-        summaries = [summarize(s) for s in runs]
+        summaries = [serving_summary(s) for s in runs]
         chosen = sorted(range(sessions), key=lambda i: summaries[i]["throughput_tokens_per_s"])[sessions // 2]
         served = summaries[chosen]
         served["sessions"] = [{"ttft_p50_ms": s["ttft_ms"]["p50"], "tpot_p50_ms": (s["tpot_ms"] or {}).get("p50"),
@@ -91,10 +91,10 @@ class ServeKind:
         session.sync()
 
     def recorded(self) -> Recorded:
-        from workloads.serving.metrics import lifetimes_unix_ns, summarize
-        summary = {k: v for k, v in summarize(self._profiled).items() if k != "per_request"}
+        from workloads.runtime import serving_lifetimes, serving_summary
+        summary = {k: v for k, v in serving_summary(self._profiled).items() if k != "per_request"}
         return Recorded([f"{self.wl.step_label}#{s.index}" for s in self._profiled.steps],
-                        {"serving": {"profiled": {**summary, "lifetimes_unix_ns": lifetimes_unix_ns(self._profiled)}}})
+                        {"serving": {"profiled": {**summary, "lifetimes_unix_ns": serving_lifetimes(self._profiled)}}})
 
     # --- sample -------------------------------------------------------------------------------------------------
 

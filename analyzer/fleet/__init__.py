@@ -79,10 +79,10 @@ def analyze_many(paths: list[str], out: str | Path, *, job: str | None = None, s
 
 
 def _job_report(out: Path, result: ManyResult) -> None:
-    """The job report (analyzer.report.job) over the dataset. Its failure is said in one line and leaves the dataset
+    """The job report (analyzer.fleet.job) over the dataset. Its failure is said in one line and leaves the dataset
     (already complete) and the exit status as they are."""
     from analyzer.fleet.task import one_line
-    from analyzer.report.job import write_job_report
+    from analyzer.fleet.job import write_job_report
     try:
         result.job_report = list(write_job_report(out))
     except Exception as exc:  # noqa: BLE001 - the dataset is written; the report over it is an extra
@@ -90,13 +90,13 @@ def _job_report(out: Path, result: ManyResult) -> None:
 
 
 def job_tables(paths, *, job: str | None = None) -> dict:
-    """The job report's four tables (analyzer.report.job: traces, steps, collectives, findings, as pandas
+    """The job report's four tables (analyzer.fleet.job: traces, steps, collectives, findings, as pandas
     DataFrames) of the trace files the paths name, analysed here one after another: the rows analyze-many writes,
     without Dask or a dataset. For a few traces, and for tests."""
     import pandas as pd
     from analyzer.fleet.inputs import expand
     from analyzer.fleet.task import trace_rows
-    from analyzer.report.job import TABLES, normalise
+    from analyzer.fleet.job import TABLES, normalise
     parts: dict[str, list[dict]] = {t: [] for t in TABLES}
     for item in expand([str(p) for p in paths], job):
         rows, rank, _ = trace_rows(item)

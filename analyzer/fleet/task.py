@@ -45,8 +45,9 @@ def trace_rows(item: FleetInput) -> tuple[dict[str, list[dict]], int, str | None
 
 
 def collective_rows(analysis, trace_row: dict) -> dict[str, list[dict]]:
-    """views.collectives' table of this trace's collective kernels, and its totals as columns of the traces row."""
-    from analyzer.views.collectives import collective_table, comm_totals
+    """The table of this trace's collective kernels, and their totals as columns of the traces row."""
+    from analyzer.fleet.collectives import collective_table
+    from analyzer.views.collectives import comm_totals
     totals = comm_totals(analysis.context)
     trace_row.update(comm_us=totals.get("comm_us"), compute_us=totals.get("compute_us"),
                      comm_overlap_us=totals.get("overlap_us"))

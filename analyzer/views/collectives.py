@@ -26,16 +26,12 @@ from __future__ import annotations
 import hashlib
 import re
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyzer.trace import GpuKind
 from analyzer.trace.commargs import COMM_OP
 from analyzer.views.timeline import activity_mask, merge_intervals
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 COMM_KERNEL = re.compile(r"(?:nccl|rccl|msccl)", re.IGNORECASE)
 _KERNEL_COLLECTIVE = re.compile(r"(?:nccl|rccl|msccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
@@ -124,19 +120,17 @@ def _pg_label(args: dict) -> str | None:
     return f"{name} {ranks}" if len(ranks) <= 40 else f"{name} ranks#{hashlib.sha1(ranks.encode()).hexdigest()[:8]}"
 
 
-def collective_table(ctx) -> "pd.DataFrame":
-    """One row per collective kernel on the GPU, in start order; see the module's docstring for the columns' rules.
-    `ordinal` is the collective's position among its process group's collectives in its step (in the trace when it
-    is in no step): the same on every rank, since every rank issues a group's collectives in the same order."""
-    import pandas as pd  # the fleet's tables only: a single trace's analysis needs comm_totals, not pandas
+def collective_columns(ctx) -> dict[str, np.ndarray | list] | None:
+    """One entry per collective kernel on the GPU, in start order, as columns (COLUMNS less `ordinal`, which the
+    fleet's table adds per process group and step); see the module's docstring for the columns' rules. None when
+    the trace has no collective kernel."""
     model = ctx.model
     gpu, names = model.gpu, model.names
     rows = np.flatnonzero(comm_rows(ctx))
     rows = rows[np.argsort(gpu.start_ns[rows], kind="stable")]
     n = len(rows)
     if not n:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in ("name", "pg") else
-                                          (float if c.endswith("_us") else np.int64)) for c in COLUMNS})
+        return None
     start, end = gpu.start_ns[rows], gpu.end_ns[rows]
     stream = gpu.stream[rows].astype(np.int64)
     launch = gpu.launch[rows]
@@ -167,11 +161,11 @@ def collective_table(ctx) -> "pd.DataFrame":
             width = DTYPE_BYTES.get(str(args.get("dtype", "")).lower().replace("torch.", ""))
             if elems >= 0 and width:
                 nbytes[i] = elems * width
-    table = pd.DataFrame({"seq": seq, "name": kernel_names, "pg": pg, "group_size": size, "bytes": nbytes,
-                          "step": step.astype(np.int64), "stream": stream, "device": gpu.device[rows].astype(np.int64),
-                          "start_us": start / 1e3, "end_us": end / 1e3, "dur_us": (end - start) / 1e3})
-    table.insert(6, "ordinal", table.groupby(["pg", "step"], sort=False).cumcount().astype(np.int64))
-    return table
+    return {"seq": seq, "name": kernel_names, "pg": pg, "group_size": size, "bytes": nbytes,
+            "step": step.astype(np.int64), "stream": stream, "device": gpu.device[rows].astype(np.int64),
+            "start_us": start / 1e3, "end_us": end / 1e3, "dur_us": (end - start) / 1e3}
+
+
 
 
 def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:

@@ -1,8 +1,8 @@
 """Benchmark the run page on a large trace in headless Chromium (not a test).
 
-    python dashboard/bench_page.py                      # replicate tests/fixtures/h200/decode to ~150 MB
-    python dashboard/bench_page.py --size-mb 400
-    python dashboard/bench_page.py traces/my-run        # or any run folder / trace file you have
+    python benchmarks/bench_page.py                      # replicate tests/fixtures/h200/decode to ~150 MB
+    python benchmarks/bench_page.py --size-mb 400
+    python benchmarks/bench_page.py traces/my-run        # or any run folder / trace file you have
 
 Prints the first open (empty browser cache), the time to a painted timeline once the analysis is cached (same server,
 and a fresh server that reloads the trace; the median of --repeat page loads each, in one browser profile on disk as a

@@ -6,7 +6,7 @@ Input: four pandas tables, one row per trace / step / collective / finding, each
                  step_ms_median, error, source
     steps        job, rank, step (index in the trace), step_name, start_us, dur_us, gpu_busy_us, idle_us,
                  idle_<cause>_us
-    collectives  job, rank and analyzer.views.collectives.collective_table's columns
+    collectives  job, rank and analyzer.fleet.collectives.collective_table's columns
     findings     job, rank, kind, title, site, gpu_idle_us, parent
 The dataset's own column names (position, ts_us, wall_us, busy_us, call_site, impact_us, window_us, ...) are
 accepted too (`normalise`).
@@ -353,12 +353,12 @@ def _str(value) -> str | None:
 # ---------------------------------------------------------------- output
 
 def render_job_markdown(summary: dict) -> str:
-    from analyzer.report.job_render import job_markdown
+    from analyzer.fleet.job_render import job_markdown
     return job_markdown(summary)
 
 
 def render_job_html(summary: dict) -> str:
-    from analyzer.report.job_render import job_html
+    from analyzer.fleet.job_render import job_html
     return job_html(summary)
 
 
