@@ -47,6 +47,7 @@ SERVES = {
     "analyzer/cli.py::cmd_query": "fleet",
     "analyzer/report/hta.py": "hta",  # analyze --hta
     "workloads/hf_generate.py": "hf",  # workloads/hf_generate.yaml
+    "workloads/hf_generate_static.py": "hf",  # its fixed twin (timing.compare_fix)
     # Development: the suite, and the benchmarks and scripts run from a checkout set up with the test extra
     "tests": "test",
     "benchmarks": "test",
