@@ -18,12 +18,12 @@ import numpy as np
 
 from analyzer.errors import UsageError
 from analyzer.report.assemble import REPORT_SCHEMA, assemble_report
-from analyzer.report.diff import compare, predicted_text, render_diff_markdown
-from analyzer.report.verdict import is_improvement
+from analyzer.compare.diff import compare, predicted_text, render_diff_markdown
+from analyzer.compare.verdict import is_improvement
 from analyzer.report.files import write_reports
 from analyzer.report.figures import mem_unit, window_start_us
-from analyzer.report.lanes_cache import load_lanes, save_lanes
-from analyzer.report.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
+from analyzer.timeline.cache import load_lanes, save_lanes
+from analyzer.timeline.lanes import (BINS, EXACT_LIMIT, MARKER_LIMIT, REQUEST_STATES, LaneView, TimelineData,
                                    TimelineView)
 from analyzer.report.markdown import numbered
 from analyzer.report.validity_text import validity_items, validity_line

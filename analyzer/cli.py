@@ -65,9 +65,9 @@ def _load(item, cache: bool):
 def cmd_diff(args) -> int:
     import json
     from analyzer import api
-    from analyzer.report.diff import render_diff_html
+    from analyzer.compare.diff import render_diff_html
     if args.fail_on is not None:  # a bad rule is refused before any work
-        from analyzer.report.gate import parse_fail_on
+        from analyzer.compare.gate import parse_fail_on
         rules = parse_fail_on(args.fail_on)
     name_a, a = load_report(args.before)
     name_b, b = load_report(args.after)
@@ -79,20 +79,20 @@ def cmd_diff(args) -> int:
     print("reports: " + ", ".join(str(p) for p in written))
     if args.fail_on is None:
         return 0
-    from analyzer.report.gate import diff_gate
+    from analyzer.compare.gate import diff_gate
     return _gate_exit("diff", diff_gate(d, rules), args)
 
 
 def cmd_check(args) -> int:
     """One run against fixed limits: exit 1 with a line per failed rule."""
-    from analyzer.report.gate import check_gate, percent
+    from analyzer.compare.gate import check_gate, percent
     limit = percent(args.max_idle_share, "--max-idle-share") if args.max_idle_share else None
     _, report = load_report(args.path)
     return _gate_exit("check", check_gate(report, limit, args.no_finding_kind or []), args)
 
 
 def _gate_exit(suite: str, results, args) -> int:
-    from analyzer.report.gate import github_annotations, junit_xml
+    from analyzer.compare.gate import github_annotations, junit_xml
     from analyzer.report.files import write_reports
     for r in results:
         print(r.line())

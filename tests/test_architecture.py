@@ -14,9 +14,13 @@ ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
     "analyzer.views": {"analyzer.trace"},
     "analyzer.detectors": {"analyzer.views", "analyzer.trace"},
     "analyzer.report": {"analyzer.detectors", "analyzer.views", "analyzer.trace"},
-    "analyzer.api": {"analyzer.report", "analyzer.detectors", "analyzer.views", "analyzer.trace"},
+    "analyzer.timeline": {"analyzer.report", "analyzer.views", "analyzer.trace"},
+    "analyzer.compare": {"analyzer.report"},
+    "analyzer.api": {"analyzer.report", "analyzer.timeline", "analyzer.compare", "analyzer.detectors", "analyzer.views",
+                     "analyzer.trace"},
     "analyzer.fleet": {"analyzer.api", "analyzer.report", "analyzer.trace", "analyzer.views"},
-    "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "analyzer.fleet", "dashboard"},
+    "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "analyzer.compare", "analyzer.fleet",
+                     "dashboard"},
     "analyzer.__main__": {"analyzer.cli"},
     "dashboard": {"analyzer.api", "analyzer.report.palette"},
     "workloads": set(),  # analyzer.errors (a leaf) only: the scripts know nothing of the analyzer
@@ -30,6 +34,8 @@ THIRD_PARTY = {
     "analyzer.views": {"numpy"},
     "analyzer.detectors": {"numpy"},
     "analyzer.report": {"numpy", "msgspec", "plotly", "hta"},  # hta: `analyze --hta` only, under try/except
+    "analyzer.timeline": {"numpy"},
+    "analyzer.compare": {"numpy", "plotly"},  # plotly: diff.html's figures
     "analyzer.api": {"numpy"},
     "analyzer.fleet": {"numpy", "pandas", "pyarrow", "duckdb", "distributed", "psutil"},
     "analyzer.cli": set(),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from analyzer import api
-from analyzer.report.diff import compare
+from analyzer.compare.diff import compare
 from analyzer.report.figures import mem_unit, window_start_us
 from analyzer.units import fmt_bytes
 from dashboard.app import create_app, exposure_warning, main

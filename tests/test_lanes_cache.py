@@ -1,4 +1,4 @@
-"""The dashboard's lanes saved beside the columnar cache (analyzer.report.lanes_cache): a fresh process that reads
+"""The dashboard's lanes saved beside the columnar cache (analyzer.timeline.cache): a fresh process that reads
 them back draws exactly what the process that built them drew, at every zoom, and anything that no longer matches
 (another report, a damaged file) is a miss, never a wrong timeline."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analyzer import api
-from analyzer.report.lanes_cache import FOLDER, load_lanes
+from analyzer.timeline.cache import FOLDER, load_lanes
 from analyzer.trace.cache import cache_folder
 from dashboard.figures import timeline_figure
 

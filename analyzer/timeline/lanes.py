@@ -74,7 +74,7 @@ class Lane:
         return sum(a.nbytes for a in self.arrays().values())
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Everything the lane holds as named arrays (what analyzer.report.lanes_cache saves)."""
+        """Everything the lane holds as named arrays (what analyzer.timeline.cache saves)."""
         out = {f: getattr(self, f) for f in ("starts", "ends", "state", "ref", "reach")}
         for k, (s, e, before) in enumerate(self.merged):
             out.update({f"merged{k}.starts": s, f"merged{k}.ends": e, f"merged{k}.before": before})
@@ -211,7 +211,7 @@ class TimelineData:
     """One run's lanes, markers and memory curves, built once from the trace model and kept in the LRU."""
 
     def __init__(self, ctx: AnalysisContext, report: dict, saved: dict | None = None):
-        """`saved`: what `built()` returned for the same trace and report (analyzer.report.lanes_cache keeps it
+        """`saved`: what `built()` returned for the same trace and report (analyzer.timeline.cache keeps it
         beside the trace's columnar cache), so that a fresh process skips the idle pieces and the lane merges."""
         model = ctx.model
         self.model = model

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.report.files import report_digest
-from analyzer.report.lanes import Lane, MemoryCurve
+from analyzer.timeline.lanes import Lane, MemoryCurve
 from analyzer.trace.cache import cache_folder, fingerprint, write_array_folder
 
 FORMAT = 1  # bump when TimelineData.built() changes what it holds

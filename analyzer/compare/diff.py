@@ -5,7 +5,7 @@ import html
 import statistics
 
 from analyzer.report.mdsafe import cell, code, finish, one_line
-from analyzer.report.verdict import verdict
+from analyzer.compare.verdict import verdict
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 
 DIFF_SCHEMA = "gpu-idle-analyzer/diff/1"
