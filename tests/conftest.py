@@ -1,11 +1,53 @@
+import copy
 import os
 import subprocess
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
+from analyzer import api
+
 REPO = Path(__file__).resolve().parent.parent
+ANALYSES_KEPT = 128  # analyses (model + views) kept for the session (every fixture and external trace: 1.9 GB peak)
+_analyses: OrderedDict = OrderedDict()
+_reports: dict = {}
+
+
+def _key(path: str | Path) -> tuple:
+    """The path, and its modification time: a trace written again at the same path is analyzed again."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return path, st.st_mtime_ns, st.st_size
+
+
+def analysis_of(path: str | Path) -> api.Analysis:
+    """The analysis of a fixture or external trace (a run folder or a trace file, with the meta.json beside it),
+    made once per test session whichever module asks: analyzing is the suite's main cost. Read-only."""
+    key = _key(path)
+    if key in _analyses:
+        _analyses.move_to_end(key)
+    else:
+        _analyses[key] = api.analyze(api.load(key[0], cache=False))
+        _reports.setdefault(key, _analyses[key].report)
+        while len(_analyses) > ANALYSES_KEPT:
+            _analyses.popitem(last=False)
+    return _analyses[key]
+
+
+def report_of(path: str | Path) -> dict:
+    """report.json's dictionary of a fixture or external trace (a copy: change it freely)."""
+    key = _key(path)
+    if key not in _reports:
+        analysis_of(path)
+    return copy.deepcopy(_reports[key])
+
+
+def analyze_loaded(model, path: str | Path, meta=None) -> dict:
+    """The report of a model already loaded (or cut) from the trace at `path`, as `analyze` makes it."""
+    path = Path(path)
+    return api.analyze(api.Trace(api.TraceInput(path, None, path.parent), model, meta)).report
 
 
 def run_cli(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -4,10 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report.assemble import analyze_model
 from analyzer.trace.runmeta import read_meta
-from analyzer.trace import load_trace
 from rawtrace import count_named, gpu_utilization, raw_events
+from conftest import report_of
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200"
 NAMES = ("alloc_churn", "batch_decode", "decode", "graph_decode", "item_sync", "prefill", "print_tensor")
@@ -15,11 +14,7 @@ NAMES = ("alloc_churn", "batch_decode", "decode", "graph_decode", "item_sync", "
 
 @pytest.fixture(scope="module")
 def reports():
-    out = {}
-    for name in NAMES:
-        trace = FIX / name / "rank0.trace.json.gz"
-        out[name] = analyze_model(load_trace(trace), read_meta(FIX / name / "meta.json"), trace)
-    return out
+    return {name: report_of(FIX / name) for name in NAMES}
 
 
 def events(name):

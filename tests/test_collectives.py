@@ -10,6 +10,7 @@ from analyzer import api
 from analyzer.fleet.collectives import collective_table
 from analyzer.views.collectives import collective_name, comm_totals
 from rawtrace import _ns, is_gpu_work, raw_events
+from conftest import analysis_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = ROOT.parent / "shared" / "traces" / "external"
@@ -33,7 +34,7 @@ def _union_ns(spans):
 
 
 def _analysis(path):
-    return api.analyze(api.load(path))
+    return analysis_of(path)
 
 
 @pytest.fixture(scope="module")

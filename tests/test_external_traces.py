@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report.assemble import analyze_model
-from analyzer.trace import load_trace
 from rawtrace import count_named, gpu_utilization, raw_events
+from conftest import report_of
 
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external"
 TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
@@ -40,7 +39,7 @@ pytestmark = pytest.mark.skipif(not TRACES, reason=f"{EXTERNAL} not present")
 
 
 def analyzed(path):
-    return analyze_model(load_trace(path), None, path)
+    return report_of(path)
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])

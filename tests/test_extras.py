@@ -71,6 +71,8 @@ UNDECLARED_OK = {
 # (extra, distribution) -> why the extra declares a package none of its modules imports (nor probes with
 # importlib.util.find_spec).
 DECLARED_UNUSED_OK = {
+    ("test", "pytest-xdist"): "a pytest plugin (`-n auto` in CONTRIBUTING.md's core loop): pytest loads it, no module "
+                              "imports it",
     ("hta", "psutil"): "traceinsight 0.6.1 (and HolisticTraceAnalysis 0.5.0) import psutil without declaring it",
 }
 

@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.report.assemble import analyze_model
 from analyzer.api import render
 from analyzer.cli import warning_line
 from analyzer.errors import UsageError
 from analyzer.trace import TraceError, load_trace
 from make_corpus import cut_trace, load_fixture
+from conftest import analyze_loaded
 
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "external"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))  # per test: 300 in all
@@ -206,13 +206,13 @@ def serialize(top: dict, events: list, shape: str, odd, layout: tuple) -> bytes:
 
 
 def analyze_bytes(data: bytes, suffix: str) -> None:
-    """load_trace + analyze_model + every renderer, as `analyze` runs them; documented errors are fine."""
+    """load_trace + analyze + every renderer, as `analyze` runs them; documented errors are fine."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"fuzz{suffix}"
         path.write_bytes(data)
         try:
             model = load_trace(path)
-            report = analyze_model(model, None, path)
+            report = analyze_loaded(model, path)
             pages = render(report)
             warning_line(report)
         except (TraceError, UsageError) as error:
@@ -252,7 +252,7 @@ def test_unmutated_bases_give_reports(index):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{name}.json"
         path.write_text(json.dumps(top))
-        report = analyze_model(load_trace(path), None, path)
+        report = analyze_loaded(load_trace(path), path)
         assert report["trace"]["events"]["kernels"] > 0
 
 

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report.assemble import analyze_model
 from analyzer.trace.runmeta import read_meta
-from analyzer.trace import load_trace
 from rawtrace import count_named, raw_events
+from conftest import report_of
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200_extra"
 NAMES = ("hf_generate", "compile_decode", "compile_decode_reduce_overhead", "graph_decode_24", "host_work")
@@ -18,8 +17,7 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 
 @pytest.fixture(scope="module")
 def reports():
-    return {name: analyze_model(load_trace(FIX / name / "rank0.trace.json.gz"), read_meta(FIX / name / "meta.json"),
-                                FIX / name / "rank0.trace.json.gz") for name in NAMES}
+    return {name: report_of(FIX / name) for name in NAMES}
 
 
 def events(name):

@@ -6,17 +6,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer import api
 from analyzer.detectors.base import AnalysisContext
 from analyzer.detectors.launch_gaps import _responsible
+from conftest import analysis_of, report_of
 
 HERE = Path(__file__).resolve().parent
 SAMPLERS = [HERE / "fixtures" / "h100_compile" / "numpy_sampler", HERE / "fixtures" / "h200_whatif" / "numpy_sampler"]
 
 
 def analyzed(run: Path):
-    trace = api.load(run, cache=False)
-    return trace, api.analyze(trace).report
+    analysis = analysis_of(run)
+    return analysis.trace, report_of(run)
 
 
 @pytest.mark.parametrize("run", SAMPLERS, ids=[f"{p.parent.name}/{p.name}" for p in SAMPLERS])

@@ -16,12 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.report.assemble import analyze_model
-from analyzer.detectors import AnalysisContext
 from analyzer.views.idle import CAUSES, QUEUED
-from analyzer.trace.runmeta import read_meta
-from analyzer.trace import load_trace
 from rawtrace import overhead_spans, raw_events, raw_gaps
+from conftest import analysis_of
 
 ROOT = Path(__file__).resolve().parent
 EXTERNAL = ROOT.parents[1] / "shared" / "traces" / "external"
@@ -42,16 +39,9 @@ def external(name):
     return path
 
 
-_CACHE: dict = {}
-
-
 def analyzed(path: Path):
-    if path not in _CACHE:
-        meta_path = path.parent / "meta.json"
-        meta = read_meta(meta_path) if meta_path.is_file() else None
-        model = load_trace(path)
-        _CACHE[path] = (model, AnalysisContext(model, meta), analyze_model(model, meta, path))
-    return _CACHE[path]
+    analysis = analysis_of(path)
+    return analysis.context.model, analysis.context, analysis.report
 
 
 @pytest.mark.parametrize("path", TRACES, ids=IDS)

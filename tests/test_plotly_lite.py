@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import threading
 
-import pytest
 
 from dashboard import plotly_lite
 from tests.test_dashboard import CHROMIUM, LAUNCH_ARGS, copy_run, needs_browser, sync_playwright

@@ -1,23 +1,17 @@
 """Queued idle broken down by what the next work waited for (analyzer/views/queued.py), on real traces: the
 breakdown adds up to the queued idle exactly, the idle partition still holds, and each kind of wait is found where
 the trace shows it. External traces are skipped where ../shared/traces/external is absent."""
-import functools
 from pathlib import Path
 
 import pytest
 
-from analyzer import api
+from conftest import report_of
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
 EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 needs_external = pytest.mark.skipif(not EXTERNAL_TRACES, reason="no ../shared/traces/external")
-
-
-@functools.lru_cache(maxsize=4)
-def report_of(path: Path) -> dict:
-    return api.analyze(api.load(path, cache=False)).report
 
 
 def waits_of(report: dict) -> dict[str, dict]:

@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 from plotly.offline import get_plotlyjs
 
-from analyzer.report.assemble import analyze_model
 from analyzer.report.figures import build_figures, mem_unit
 from analyzer.report.html import render_html
-from analyzer.trace.runmeta import read_meta
-from analyzer.trace import load_trace
+from conftest import report_of
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200"
 CPU_ONLY = Path(__file__).resolve().parents[2] / "shared/traces/external/cpu-only.json.gz"
@@ -22,11 +20,8 @@ RUNS = sorted(p.name for p in FIX.iterdir() if (p / "meta.json").exists())
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-@functools.lru_cache(maxsize=None)
 def report_for(name):
-    run = FIX / name
-    return analyze_model(load_trace(run / "rank0.trace.json.gz"), read_meta(run / "meta.json"),
-                         run / "rank0.trace.json.gz")
+    return report_of(FIX / name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,7 +203,7 @@ def test_bounded_timeline_is_flagged():
 
 @pytest.mark.skipif(not CPU_ONLY.exists(), reason="shared external traces not present")
 def test_cpu_only_report_renders():
-    report = analyze_model(load_trace(CPU_ONLY), None, CPU_ONLY)
+    report = report_of(CPU_ONLY)
     assert not report["timeline"]["devices"] and report["summary"].get("note")
     fig, steps = build_figures(report)
     assert not traces(fig, "busy") and not traces(fig, "reserved")

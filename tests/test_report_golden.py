@@ -24,6 +24,7 @@ import pytest
 from analyzer import api
 from analyzer.report.assemble import MAX_INTERVALS, _timeline_payload, longest
 from analyzer.report.files import _jsonable
+from conftest import analysis_of, report_of
 from golden_compare import compare_json, compare_markdown
 
 ROOT = Path(__file__).resolve().parent
@@ -52,7 +53,7 @@ def normalised(path: Path) -> dict:
     """report.json's tree (as JSON reads it back: lists, str keys) with timing zeroed and paths normalised, and
     report.md's text."""
     (item,) = api.find(path, "/nonexistent-out")
-    report = api.analyze(api.load(item, cache=False)).report
+    report = report_of(item.trace)
     for key in TIMING:
         report[key] = 0.0
     report["source"]["trace"] = _name(item.trace)  # paths as the test names them, wherever the checkout is
@@ -122,7 +123,7 @@ def test_no_stale_goldens():
 def decode_context():
     """graph_decode_24: 5681 idle pieces on one GPU, 994 of them tied at the 5000th longest."""
     (item,) = api.find(ROOT / "fixtures" / "h200_extra" / "graph_decode_24", "/nonexistent-out")
-    return api.analyze(api.load(item, cache=False)).context
+    return analysis_of(item.trace).context
 
 
 def _pieces(payload: dict) -> dict[str, list]:

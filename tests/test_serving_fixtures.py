@@ -5,11 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.report.assemble import analyze_model
 from analyzer.report.markdown import render_markdown
-from analyzer.trace.runmeta import read_meta
-from analyzer.trace import load_trace
 from rawtrace import raw_events
+from conftest import report_of
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "h200_serve"
 NAMES = ("serve", "serve_item_sync", "serve_no_sleep", "serve_to_thread")
@@ -18,11 +16,7 @@ EPOLL = "<built-in method poll of select.epoll object"
 
 @pytest.fixture(scope="module")
 def reports():
-    out = {}
-    for name in NAMES:
-        trace = FIX / name / "rank0.trace.json.gz"
-        out[name] = analyze_model(load_trace(trace), read_meta(FIX / name / "meta.json"), trace)
-    return out
+    return {name: report_of(FIX / name) for name in NAMES}
 
 
 def steps_of(events):

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO
 
 torch = pytest.importorskip("torch")
 

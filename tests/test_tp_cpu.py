@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 
 torch = pytest.importorskip("torch")
 mp = pytest.importorskip("torch.multiprocessing")

@@ -7,10 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from analyzer.report.assemble import analyze_model
 from analyzer.trace import load_trace
 from analyzer.trace.cache import TABLES, cache_folder
-from conftest import REPO
+from conftest import REPO, analyze_loaded
 
 FIX = REPO / "tests" / "fixtures" / "h200"
 
@@ -40,7 +39,7 @@ def test_cache_round_trip_gives_identical_model_and_report(trace):
     same_model(parsed, first)
     same_model(parsed, reopened)
     strip = lambda r: {k: v for k, v in r.items() if k != "analysis_seconds"}  # noqa: E731
-    assert strip(analyze_model(parsed, None, trace)) == strip(analyze_model(reopened, None, trace))
+    assert strip(analyze_loaded(parsed, trace)) == strip(analyze_loaded(reopened, trace))
 
 
 def test_changed_trace_invalidates_the_cache(trace, tmp_path):

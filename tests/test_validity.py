@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 import tracecuts
-from analyzer import api
 from analyzer.report.markdown import render_markdown
+from conftest import report_of
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
@@ -15,10 +15,6 @@ EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 DECODE = HERE / "fixtures" / "h200" / "decode"
 GRAPH_24 = HERE / "fixtures" / "h200_extra" / "graph_decode_24"
-
-
-def report_of(path: Path) -> dict:
-    return api.analyze(api.load(path, cache=False)).report
 
 
 def statuses(report: dict) -> dict[str, str]:

@@ -2,7 +2,6 @@
 saving per top-level finding that never makes a step slower and never goes below the GPU's own work, or says why it
 has none; the H200 pairs' predictions fall within their measured noise band or 25% (benchmarks/what_if.py); the
 reports rank by saving and show it next to the GPU idle."""
-import functools
 import importlib.util
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from analyzer import api
 from analyzer.report.markdown import render_markdown
+from conftest import report_of
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -20,11 +20,6 @@ EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else [
 TRACES = FIXTURES + EXTERNAL_TRACES
 IDS = [f"{p.parent.name}/{p.name}" for p in TRACES]
 TOLERANCE = 0.25  # the issue's target: within the noise band or 25% of the measured saving
-
-
-@functools.lru_cache(maxsize=8)
-def report_of(path: Path) -> dict:
-    return api.analyze(api.load(path, cache=False)).report
 
 
 def what_if_bench():

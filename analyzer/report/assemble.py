@@ -23,11 +23,6 @@ from analyzer.trace import GpuKind, TraceModel
 REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
 
 
-def analyze_model(model: TraceModel, meta: RunMeta | None, source: Path, *, user_code: tuple[str, ...] = ()) -> dict:
-    """report.json's dictionary for one loaded trace (analyzer.api.analyze also keeps the context)."""
-    return assemble_report(AnalysisContext(model, meta, user_code=user_code), source)
-
-
 def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = None) -> dict:
     """Run every registered detector over the context and assemble report.json's dictionary."""
     started = time.perf_counter() if started is None else started
