@@ -54,7 +54,7 @@ SERVES = {
     "scripts": "test",
 }
 
-# The suite runs these extras' code with the test extra alone (CI installs test,hta): tests/test_fleet.py,
+# The suite runs these extras' code with the test extra alone (CI installs test,hta): tests/fleet/test_fleet.py,
 # test_job_report.py, test_collectives.py and test_dashboard_job.py run the fleet's code, test_third_party_workloads.py
 # and test_runtime_vs_transformers.py run hf_generate. So the test extra declares what those modules import too,
 # or the suite passes only thanks to what some other package brings (pandas came with traceinsight). The hta
@@ -188,15 +188,16 @@ def imports_of(path: Path) -> list[tuple[str, str, str | None, int]]:
 @functools.cache
 def third_party(path: Path) -> list[tuple[str, str, str | None, int]]:
     """(kind, top-level import name, function, line) of the imports of packages not ours, not the standard library
-    and not a module beside the file (tests' rawtrace, benchmarks' replicate_trace, run with their folder on
-    sys.path)."""
+    and not a module beside the file or at the top of its folder (tests' conftest and rawtrace, benchmarks'
+    replicate_trace, run with their folder on sys.path)."""
     out = []
     for kind, name, function, line in imports_of(path):
         top = name.split(":")[0].split(".")[0]
         if kind == "relative" or top in OURS or top in sys.stdlib_module_names:
             continue
-        if path.relative_to(ROOT).parts[0] in SCRIPT_FOLDERS and (
-                (path.parent / f"{top}.py").exists() or (path.parent / top / "__init__.py").exists()):
+        if path.relative_to(ROOT).parts[0] in SCRIPT_FOLDERS and any(
+                (folder / f"{top}.py").exists() or (folder / top / "__init__.py").exists()
+                for folder in (path.parent, ROOT / path.relative_to(ROOT).parts[0])):  # tests/ is on sys.path too
             continue
         if (kind, top, function, line) not in out:  # once per statement
             out.append((kind, top, function, line))

@@ -1,0 +1,170 @@
+"""The replay model (analyzer/views/replay.py) on real traces: replayed unchanged it reproduces each trace's GPU
+timeline exactly, taking CPU time out never makes anything later, and the all-fixed replay never beats the GPU's own
+busy time. External traces are skipped where ../shared/traces/external is absent."""
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzer.trace import load_trace
+from analyzer.views.context import AnalysisContext
+from analyzer.views.idle import CPU_LAUNCH
+
+HERE = Path(__file__).resolve().parents[1]
+FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
+EXTERNAL = HERE.parents[1] / "shared" / "traces" / "external"
+EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
+TRACES = FIXTURES + EXTERNAL_TRACES
+IDS = [f"{p.parent.name}/{p.name}" for p in TRACES]
+
+# What the model cannot see, and says so: no GPU work, or a stream fed by two threads (a backward pass on the
+# autograd thread, a worker thread), whose order between the threads the trace does not explain.
+REFUSED = {
+    "h200_serve/serve_to_thread": "several threads launch into stream 7",
+    "external/cpu-only.json.gz": "no GPU activity",
+    "external/mtia-inference-no-gpu.json.gz": "no GPU activity",
+    "external/gpu-metrics-2021-format.json.gz": "several threads launch into stream 7",
+    "external/mi250-toy-training-rocm.json.gz": "several threads launch into stream 0",
+    "external/mi300-resnet-training-checkpoint.json.gz": "several threads launch into stream 0",
+    "external/v100-ddp-training-with-memory.json.gz": "several threads launch into stream 7",
+    "external/v100-resnet-ddp-ns-resolution.json.gz": "several threads launch into stream 7",
+    "external/v100-resnet50-torch18-categories.json.gz": "several threads launch into stream 7",
+}
+
+
+@functools.lru_cache(maxsize=4)
+def context(path: Path) -> AnalysisContext:
+    trace = path / "rank0.trace.json.gz" if path.is_dir() else path
+    return AnalysisContext(load_trace(trace))
+
+
+def trace_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_unchanged_replay_reproduces_the_trace(path):
+    ctx = context(path)
+    model, replayed = ctx.model, ctx.replay.run()
+    if trace_id(path) in REFUSED:
+        assert any(REFUSED[trace_id(path)] in limit for limit in replayed.limits), replayed.limits
+        assert replayed.gpu_start_ns is None and replayed.step_gpu_period_ns is None  # no numbers where it is blind
+        return
+    assert replayed.limits == ()
+    assert np.array_equal(replayed.gpu_start_ns, model.gpu.start_ns)
+    assert np.array_equal(replayed.gpu_end_ns, model.gpu.end_ns)
+    assert np.array_equal(replayed.runtime_start_ns, model.runtime.start_ns)
+    assert np.array_equal(replayed.runtime_end_ns, model.runtime.end_ns)
+    assert np.array_equal(replayed.step_cpu_wall_ns, ctx.steps.hi_ns - ctx.steps.lo_ns)
+    for row, period in zip(ctx.step_table, replayed.step_gpu_period_ns.tolist(), strict=True):
+        if row["gpu_period_us"] is None:
+            assert period == -1
+        else:
+            assert period / 1e3 == pytest.approx(row["gpu_period_us"], rel=0.01)
+
+
+def host_work_pieces(ctx, cause=None) -> np.ndarray:
+    """(tid, start, end) of the idle pieces (of one cause, or all) whose responsible runtime row is known: CPU time
+    on that row's thread while the GPU waited."""
+    idle, rt = ctx.idle, ctx.model.runtime
+    rows = np.flatnonzero((idle.row >= 0) & ((idle.cause == cause) if cause is not None else True))
+    return np.stack([rt.tid[idle.row[rows]], idle.start_ns[rows], idle.end_ns[rows]], axis=1)
+
+
+def assert_no_later(base, replayed):
+    assert (replayed.gpu_start_ns <= base.gpu_start_ns).all()
+    assert (replayed.gpu_end_ns <= base.gpu_end_ns).all()
+    assert (replayed.runtime_end_ns <= base.runtime_end_ns).all()
+    assert (replayed.step_gpu_period_ns <= base.step_gpu_period_ns).all()
+    assert (replayed.step_cpu_wall_ns <= base.step_cpu_wall_ns).all()
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_taking_cpu_time_out_never_makes_anything_later(path):
+    ctx = context(path)
+    replay = ctx.replay
+    base = replay.run()
+    if base.limits:
+        return
+    launch_pieces = host_work_pieces(ctx, CPU_LAUNCH)
+    every_piece = host_work_pieces(ctx)
+    runs = [replay.run(no_wait=replay.sync_rows), replay.run(removed=launch_pieces),
+            replay.run(removed=every_piece, no_wait=replay.sync_rows)]
+    runs += [replay.run(no_wait=[row]) for row in replay.sync_rows[:20].tolist()]
+    sample = np.linspace(0, len(launch_pieces) - 1, min(len(launch_pieces), 20)).astype(int)
+    runs += [replay.run(removed=launch_pieces[i:i + 1]) for i in sample.tolist()]
+    for replayed in runs:
+        assert_no_later(base, replayed)
+    # with everything the GPU waited for taken out, a step still takes at least its GPU busy time
+    every = runs[2]
+    for row, period in zip(ctx.step_table, every.step_gpu_period_ns.tolist()):
+        if row["gpu_period_us"] is not None:
+            assert period >= round(row["busy_us"] * 1e3) - 1, row["step"]
+
+
+def decode_steps(ctx) -> np.ndarray:
+    """The decode steps that have a next step (the last one's period is only its own GPU span)."""
+    steps = np.flatnonzero([name.startswith("decode_step") for name in ctx.steps.names])
+    return steps[:-1]
+
+
+def test_item_sync_waits_buy_almost_nothing_in_a_launch_bound_loop():
+    """`.item()` every step while the CPU is the bottleneck: the GPU has drained long before the sync, so the wait
+    is a few µs and removing it saves just that."""
+    ctx = context(HERE / "fixtures" / "h200" / "item_sync")
+    model, replay = ctx.model, ctx.replay
+    item = [row for row in replay.sync_rows.tolist()
+            if any(name.startswith("<built-in method item") for name in model.frame_chain(model.runtime.frame[row]))]
+    assert len(item) == 6  # one per decode step
+    base, replayed = replay.run(), replay.run(no_wait=item)
+    saving = (base.step_gpu_period_ns - replayed.step_gpu_period_ns)[decode_steps(ctx)]
+    waits = replay.sync_wait_ns[np.isin(replay.sync_rows, item)]
+    assert (saving >= 0).all() and saving.max() <= waits.max()
+    assert (saving < 0.01 * base.step_gpu_period_ns[decode_steps(ctx)]).all()
+
+
+def test_host_work_removed_shortens_each_step_by_its_time():
+    ctx = context(HERE / "fixtures" / "h200_extra" / "host_work")
+    model, replay = ctx.model, ctx.replay
+    frames = model.frames
+    codes = [c for c, name in enumerate(model.names) if name.endswith("): position_checksum")]
+    rows = np.flatnonzero(np.isin(frames.name, codes))
+    removed = np.stack([frames.tid[rows], frames.start_ns[rows], frames.end_ns[rows]], axis=1)
+    per_step = np.zeros(len(ctx.steps), np.int64)
+    np.add.at(per_step, ctx.steps.index_at(frames.start_ns[rows]), frames.end_ns[rows] - frames.start_ns[rows])
+    base, replayed = replay.run(), replay.run(removed=removed)
+    steps = decode_steps(ctx)
+    assert (per_step[steps] > 0).all()
+    saving = base.step_gpu_period_ns[steps] - replayed.step_gpu_period_ns[steps]
+    assert saving == pytest.approx(per_step[steps], rel=0.1)
+
+
+def test_cpu_time_taken_out_of_a_gpu_bound_loop_buys_nothing():
+    """A CUDA-graph decode whose CPU runs ahead of the GPU: taking out every CPU interval the GPU waited for (the
+    eager prefill's) and every wait shortens the prefill, while the decode steps, held by the GPU, keep their time."""
+    ctx = context(HERE / "fixtures" / "h200_extra" / "graph_decode_24")
+    replay = ctx.replay
+    base = replay.run()
+    replayed = replay.run(removed=host_work_pieces(ctx), no_wait=replay.sync_rows)
+    steps = decode_steps(ctx)
+    assert replayed.step_gpu_period_ns[steps] == pytest.approx(base.step_gpu_period_ns[steps], rel=0.001)
+    prefill = ctx.steps.names.index("prefill")
+    assert replayed.step_gpu_period_ns[prefill] < 0.2 * base.step_gpu_period_ns[prefill]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_a_replay_stopped_at_a_horizon_gives_the_same_periods_before_it(path):
+    """run(until_ns=T) replays only up to the first blocking call at or after T: every step whose period ends
+    before T (the next step's GPU work launched before the step after it began, at or before T) keeps the period
+    the whole replay gives it."""
+    ctx = context(path)
+    replay, steps = ctx.replay, ctx.steps
+    if replay.limits or len(steps) < 4:
+        return
+    removed, no_wait = host_work_pieces(ctx, CPU_LAUNCH), replay.sync_rows[::2]
+    whole = replay.run(removed, no_wait, cpu=False)
+    for k in range(len(steps) - 2):
+        until = int(steps.lo_ns[k + 2])
+        stopped = replay.run(removed, no_wait, cpu=False, until_ns=until)
+        assert np.array_equal(stopped.step_gpu_period_ns[:k + 1], whole.step_gpu_period_ns[:k + 1]), k
