@@ -9,7 +9,7 @@ import numpy as np
 
 from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
-from analyzer.units import us
+from analyzer.units import fmt_us, us
 from analyzer.views.frames import op_chain, outermost_op, parse_frame
 from analyzer.views.idle import SYNC
 from analyzer.views.instrumentation import PROFILER_FRAME
@@ -42,6 +42,11 @@ ADVICE = {
                      "needed, use CUDA events or stream waits instead.",
     "other": "A call here blocks the CPU until the GPU finishes. Move it out of the step or make it asynchronous.",
 }
+UNRECORDED_WAIT_ADVICE = (
+    "{idle} of the GPU idle in these {api} calls began with nothing left running on the GPU and lasted far longer "
+    "than the GPU work the calls issued: they waited for something this trace does not show (another process's work "
+    "on the GPU, a first-time initialization in the runtime). Look at it in Nsight Systems before changing the code; "
+    "the saving below counts only what the recorded work explains. ")
 LABEL = {"branch": "`if` / bool() on a GPU tensor", "item": ".item()", "print": "print(tensor)",
          "copy_to_host": "device-to-host copy",
          "nonzero": "nonzero / boolean mask", "pageable_h2d": "pageable host-to-device copy",
@@ -186,6 +191,36 @@ def _drains_by_row(ctx: AnalysisContext) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+# A blocking call that begins while the GPU is already idle waits for no recorded work. Its normal cost is its own:
+# a pageable copy stages its bytes through a pinned buffer (CPU time of the order of the copy's DMA). A call that
+# idles the GPU for over NOTHING_QUEUED_NS, and over STAGING_FACTOR times the GPU work it issued, waited for something
+# the trace does not show (another process on the GPU, a first-time initialization in the runtime): said in the
+# finding, since the trace cannot tell what pinning or removing it would buy.
+NOTHING_QUEUED_NS = 1_000_000
+STAGING_FACTOR = 20
+
+
+def _gpu_ns_by_call(model) -> np.ndarray:
+    """Per runtime row: ns of GPU work it launched (copies, kernels)."""
+    gpu = model.gpu
+    mine = gpu.launch >= 0
+    return np.bincount(gpu.launch[mine], weights=(gpu.end_ns[mine] - gpu.start_ns[mine]).astype(np.float64),
+                       minlength=len(model.runtime))
+
+
+def _unrecorded_wait(ctx: AnalysisContext, spans_by_row: dict[int, list[tuple[int, int]]], group: list[int],
+                     gpu_ns: np.ndarray) -> int:
+    """ns of the group's sync idle in calls that began with the GPU idle and idled it far longer than their own GPU
+    work explains."""
+    start = ctx.model.runtime.start_ns
+    total = 0
+    for r in group:
+        idle = sum(e - s for s, e in spans_by_row.get(r, ()) if s <= int(start[r]))
+        if idle >= NOTHING_QUEUED_NS and idle > STAGING_FACTOR * gpu_ns[r]:
+            total += idle
+    return total
+
+
 # the fix removes the whole call for these, not only its wait
 WHOLE_CONSTRUCT = ("branch", "item", "copy_to_host", "print", "explicit_sync")
 PRINT_FRAME = re.compile(r"<built-in function print>|torch/_tensor\.py\(\d+\): __(format|repr|str)__")
@@ -237,7 +272,8 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     rt = model.runtime
     steps = ctx.steps
     drained = _drains_by_row(ctx)
-    sites = SiteTable(sums=("wait_us", "drain_us"))
+    gpu_ns = _gpu_ns_by_call(model)
+    sites = SiteTable(sums=("wait_us", "drain_us", "unrecorded_wait_us"))
     copies_by_op = _copies_by_op(ctx)
     groups = _blocking_events(ctx)
     groups_by_site: dict[tuple, list[list[int]]] = defaultdict(list)
@@ -254,6 +290,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         wait = int(sum(rt.end_ns[r] - rt.start_ns[r] for r in group))
         spans = sorted(span for r in group for span in drained.get(r, ()))
         drain = sum(e - s for s, e in spans)
+        unrecorded_wait = _unrecorded_wait(ctx, drained, group, gpu_ns)
         api = model.names[rt.name[blocked]]
         def new_site(frame=frame, key=key, kind=kind, api=api, op_name=op_name, api_detail=api_detail,
                      copy_name=copy_name) -> dict:
@@ -267,7 +304,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                     "context": ctx.frames.context(frame), "drains_us": [], "_groups": groups_by_site[(key, kind)]}
 
         entry = sites.add((key, kind), new_site, (us(rt.start_ns[group[0]]), us(rt.end_ns[last])),  # the call(s)
-                          wait_us=wait / 1e3, drain_us=drain / 1e3)
+                          wait_us=wait / 1e3, drain_us=drain / 1e3, unrecorded_wait_us=unrecorded_wait / 1e3)
         entry["apis"][api] += 1
         groups_by_site[(key, kind)].append(group)
         step = int(steps.index_at(int(rt.start_ns[last]))) if len(steps) else -1
@@ -289,12 +326,18 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         every = (f", {max(per_step)}x per {ctx.traits.step_word}"
                  + (f" in {len(per_step)} of {len(steps)} steps" if len(steps) > 1 else "")) \
             if per_step and len(steps) else ""
+        unrecorded = s["unrecorded_wait_us"] >= s["drain_us"] / 2 > 0
+        unseen = f", {fmt_us(s['unrecorded_wait_us'])} of it waiting for no recorded GPU work" if unrecorded else ""
         findings.append(Finding(
             kind="sync", severity=severity_for(s["drain_us"], window_us),
-            title=f"{label(s['kind'], s['api_detail'])} blocks the CPU {s['count']}x{every} {s['site']['phrase']}",
+            title=f"{label(s['kind'], s['api_detail'])} blocks the CPU {s['count']}x{every} {s['site']['phrase']}"
+                  f"{unseen}",
             call_site=s["call_site"], library_site=s["library_site"],
-            impact_us=s["drain_us"], count=s["count"], advice=ADVICE[s["kind"]], id=f"sync.{k}",
+            impact_us=s["drain_us"], count=s["count"],
+            advice=(UNRECORDED_WAIT_ADVICE.format(idle=fmt_us(s["unrecorded_wait_us"]), api=s["api"]) if unrecorded
+                    else "") + ADVICE[s["kind"]], id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
+                    "unrecorded_wait_us": s["unrecorded_wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},
             occurrences_us=tuple(tuple(o) for o in (s["drains_us"] or s["occurrences"])),
             fix=_sync_fix(ctx, s["kind"], s["api_detail"], site_groups)))

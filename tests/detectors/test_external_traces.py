@@ -112,3 +112,21 @@ def test_unsupported_device_is_named_not_called_cpu_only():
     assert report["summary"]["gpu_utilization"] is None and report["findings"] == []
     assert report["summary"]["note"].startswith("GPU activity of an unsupported device type: MTIA")
     assert sum(report["trace"]["foreign_activity"].values()) == mtia > 0
+
+
+def test_a_wait_for_no_recorded_gpu_work_is_said_and_an_ordinary_pageable_copy_is_not():
+    """SGLang on an MI300X: two hipMemcpyWithStream calls idle the GPU 493 ms though it had finished its work before
+    they began and their own copy takes microseconds: the finding says the wait is for nothing the trace recorded.
+    The a100 trace's 16 pageable copies (~0.1 ms each, their staging) stay plain pageable-copy findings."""
+    sglang = EXTERNAL / "mi300x-sglang-qwen3-prefill-decode.json.gz"
+    a100 = EXTERNAL / "a100-simple-add-first-call.json.gz"
+    if not (sglang.is_file() and a100.is_file()):
+        pytest.skip(f"{EXTERNAL} not present")
+    copy = next(f for f in report_of(sglang)["findings"]
+                if f["kind"] == "sync" and f["detail"]["kind"] == "pageable_h2d")
+    assert copy["detail"]["unrecorded_wait_us"] == pytest.approx(copy["impact_us"], rel=0.01)
+    assert copy["detail"]["unrecorded_wait_us"] > 400_000
+    assert "waiting for no recorded GPU work" in copy["title"] and "Nsight Systems" in copy["advice"]
+    plain = next(f for f in report_of(a100)["findings"]
+                 if f["kind"] == "sync" and f["detail"]["kind"] == "pageable_h2d")
+    assert plain["detail"]["unrecorded_wait_us"] == 0 and "recorded GPU work" not in plain["title"]
