@@ -21,14 +21,9 @@ def mem_unit(peak_bytes: float) -> tuple[str, float]:
     return ("GiB", float(1 << 30)) if peak_bytes >= (1 << 30) else ("MiB", float(1 << 20))
 
 
-def build_figures(report: dict):
-    """(timeline_fig, steps_fig) as plotly Figures: GPU activity over memory on one shared time axis, and
-    per-step bars. The page itself is rendered from figure_dicts(report)."""
-    import plotly.graph_objects as go
-    return tuple(go.Figure(figure) for figure in figure_dicts(report))
-
-
 def figure_dicts(report: dict) -> tuple[dict, dict]:
+    """(timeline, steps) as plotly figure dictionaries: GPU activity over memory on one shared time axis, and
+    per-step bars."""
     return _timeline_figure(report), _steps_figure(report)
 
 

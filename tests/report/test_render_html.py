@@ -7,10 +7,11 @@ import subprocess
 import zlib
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pytest
 from plotly.offline import get_plotlyjs
 
-from analyzer.report.figures import build_figures, mem_unit
+from analyzer.report.figures import figure_dicts, mem_unit
 from analyzer.report.html import render_html
 from conftest import report_of
 
@@ -18,6 +19,11 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 CPU_ONLY = Path(__file__).resolve().parents[3] / "shared/traces/external/cpu-only.json.gz"
 RUNS = sorted(p.name for p in FIX.iterdir() if (p / "meta.json").exists())
 CHROMIUM = Path("/usr/bin/chromium")
+
+
+def build_figures(report: dict):
+    """(timeline, steps) as plotly Figures: plotly validates every property of the dictionaries the page embeds."""
+    return tuple(go.Figure(figure) for figure in figure_dicts(report))
 
 
 def report_for(name):
