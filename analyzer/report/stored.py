@@ -24,17 +24,22 @@ class _SourceOnly(msgspec.Struct):
     source: Source
 
 
-def trace_key(trace: Path) -> dict | None:
-    """The trace's content key (None when it cannot be read)."""
+def _by_stat(path: Path, read):
+    """read(path, mtime, size), memoized by those: a run list asks for each trace and report on every poll."""
     try:
-        st = trace.stat()
+        st = path.stat()
     except OSError:
         return None
-    return _key(str(trace), st.st_mtime_ns, st.st_size)
+    return read(str(path), st.st_mtime_ns, st.st_size)
+
+
+def trace_key(trace: Path) -> dict | None:
+    """The trace's content key (None when it cannot be read)."""
+    return _by_stat(trace, _key)
 
 
 @functools.lru_cache(maxsize=4096)
-def _key(path: str, mtime_ns: int, size: int) -> dict | None:  # a run list asks for each trace on every poll
+def _key(path: str, mtime_ns: int, size: int) -> dict | None:
     try:
         key = fingerprint(Path(path))
     except OSError:
@@ -72,11 +77,7 @@ def read_report_or_none(path: Path) -> dict | None:
 
 def recorded_key(report_path: Path) -> dict | None:
     """source.trace_key of a report.json, without building its whole tree (None: not ours, or from before keys)."""
-    try:
-        st = report_path.stat()
-    except OSError:
-        return None
-    return _recorded_key(str(report_path), st.st_mtime_ns, st.st_size)
+    return _by_stat(report_path, _recorded_key)
 
 
 @functools.lru_cache(maxsize=4096)
