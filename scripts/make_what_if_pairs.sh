@@ -4,7 +4,9 @@
 # interleaved with it (timing.compare_fix: meta.json fix_comparison is the measured saving and its noise band), a
 # short profiled window (prefill + 4 decode steps), no allocator history (it slows the profiled steps). The graph
 # pairs: the eager decode (batch 1, and batch 8) against itself replayed as a CUDA graph (timing.compare_fix_mode),
-# the fix for launch overhead.
+# the fix for launch overhead. hf_generate: transformers' generate() against its own fix (static cache, forward compiled
+# with mode=reduce-overhead: workloads/hf_generate_static.py), 4 new tokens per call and two profiled calls without
+# Python stacks or memory events (24 layers with stacks do not fit a 2 MB fixture).
 #   bash scripts/make_what_if_pairs.sh OUT_DIR [RUN_NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +28,9 @@ for pair in decode_vs_graph:decode batch_decode_vs_graph:batch_decode; do
     --set prompt_length=128 --set decode_steps=32 --set timing.warmup_steps=5 --set profiler.warmup=2 \
     --set profiler.active=4 --set name="$name"
 done
+if want hf_generate; then
+  python3 -m analyzer capture workloads/hf_generate.yaml --out "$out" --set timing.compare_fix=hf_generate_static \
+    --set timing.sessions=6 --set memory_history.enabled=false --set hf.max_new_tokens=4 --set decode_steps=8 \
+    --set timing.warmup_steps=3 --set profiler.warmup=1 --set profiler.active=2 --set profiler.with_stack=false \
+    --set profiler.profile_memory=false --set name=hf_generate
+fi

@@ -16,6 +16,7 @@ from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
 from analyzer.views.timeline import merge_intervals
+from analyzer.views.traits import is_compiled_region
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.views.queued import DEVICE_LATENCY_NS, REASONS as QUEUED_REASONS
 from analyzer.views.waits import present_codes
@@ -57,7 +58,7 @@ def detect(ctx: AnalysisContext, *, top_n: int = 25, long_gap_us: float = 1000.0
         "long_gap_us": long_gap_us,
     }
     findings = _launch_findings(ctx, short, window_us, graph, long_gap_us, per_step)
-    findings += _host_work_findings(host_work, host_fixes, window_us, long_gap_us)
+    findings += _host_work_findings(host_work, host_fixes, window_us, long_gap_us, ctx.traits.graphs.replayed)
     findings += _queued_finding(ctx, window_us)
     return DetectorResult({"gaps": data}, tuple(findings))
 
@@ -513,12 +514,23 @@ def share_text(part: float, whole: float) -> str:
     return "<1%" if 0 < share < 1 else f"{share:.0f}%"
 
 
-def _host_work_advice(site: dict) -> str:
+def _host_work_advice(site: dict, graphs_replayed: bool) -> str:
     op = site.get("op")
     if not op or site.get("call_site"):
         return ("The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
                 "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
                 "the next GPU work before doing it so the two overlap.")
+    if is_compiled_region(op):
+        graphs = ("; under mode=\"reduce-overhead\", the CUDA-graph tree's checks of its inputs' addresses, copies "
+                  "of inputs that moved and re-recording when they keep moving" if graphs_replayed else "")
+        keep = ("Keep the inputs at fixed addresses across calls (one preallocated cache or buffer, reset in place). "
+                if graphs_replayed else "")
+        return (f"The CPU spent over a millisecond inside the compiled region {op} with nothing queued on the GPU: "
+                f"torch.compile's own cost around its kernels (Dynamo's guard checks, AOT autograd's runtime "
+                f"wrappers, the Python launchers of Triton kernels{graphs}), or eager code the region runs between "
+                f"them. {keep}Run with TORCH_LOGS=\"recompiles,guards"
+                f"{',cudagraphs' if graphs_replayed else ''}\" to see what it re-does each call; with_stack=True "
+                f"shows the frames inside it.")
     advice = (f"The CPU spent over a millisecond inside {op} with nothing queued on the GPU. The trace has no Python "
               f"stack (record with with_stack=True to see the line that called it). If the op works on host tensors, "
               f"move it out of the step; if it launches many small GPU ops, its per-call CPU cost is the gap: batch "
@@ -529,7 +541,7 @@ def _host_work_advice(site: dict) -> str:
 
 
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
-                        long_gap_us: float) -> list[Finding]:
+                        long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
     out = []
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
         libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
@@ -539,7 +551,7 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
                   f"the CPU ran {h['call_site']}",
             call_site=h["call_site"], library_site=None if libraries else h["site"]["library_below"],
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
-            advice=_host_work_advice(h["site"]),
+            advice=_host_work_advice(h["site"], graphs_replayed),
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
                     "libraries": h["libraries"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))

@@ -13,6 +13,13 @@ from analyzer.views.waits import present_codes
 _TRAINING_OP = re.compile(r"^autograd::engine::evaluate_function|^Optimizer\.(step|zero_grad)#|"
                           r"^torch::autograd::AccumulateGrad$")
 _COMPILED_OP = re.compile(r"^CompiledFunction|^Torch-Compiled Region|^## Call CompiledFxGraph|^CompiledFxGraph")
+
+
+def is_compiled_region(op_name: str) -> bool:
+    """A torch.compile graph's own op (Dynamo's compiled region, AOT autograd's function, Inductor's graph call)."""
+    return bool(_COMPILED_OP.search(op_name))
+
+
 _HIP_NAMES = {"cudaMalloc": "hipMalloc", "cudaFree": "hipFree", "cudaStreamSynchronize": "hipStreamSynchronize",
               "cudaDeviceSynchronize": "hipDeviceSynchronize", "cudaLaunchKernel": "hipLaunchKernel",
               "cudaGraphLaunch": "hipGraphLaunch"}
@@ -50,6 +57,6 @@ class TraceTraits:
 def trace_traits(model: TraceModel, graphs: GraphUse, step_names: list[str], compiled_frames: bool) -> TraceTraits:
     op_codes = present_codes(model.ops.name, len(model.names)).tolist()
     training = any(_TRAINING_OP.search(model.names[c]) for c in op_codes)
-    compiled = compiled_frames or any(_COMPILED_OP.search(model.names[c]) for c in op_codes)
+    compiled = compiled_frames or any(is_compiled_region(model.names[c]) for c in op_codes)
     decode = any(n.startswith("decode") for n in step_names)
     return TraceTraits(training=training, hip=apis.is_hip(model), graphs=graphs, decode=decode, compiled=compiled)

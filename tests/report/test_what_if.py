@@ -62,6 +62,12 @@ KNOWN_MISSES = {
     # per-event profiler cost cannot model (the sampler records a dozen events). Captured on an H100 whose host
     # speed drifted between phases (timing-phase p50 15.7 ms, comparison rounds 13.5 ms).
     "numpy_sampler": "over",
+    # transformers' fix (one StaticCache reused; generate() compiles the decode forward with reduce-overhead) graphs
+    # 3 of the 4 forwards of a generate() call: the prefill forward and generate()'s own ops stay eager (2700 eager
+    # launches per 2 calls in h100_compile/hf_generate_static). The replay prices the whole call as graphs, the
+    # bound: 102 -> 14 ms predicted, 63 -> 27 ms measured. The timing phase the calibration uses ran at 102 ms, the
+    # interleaved comparison rounds at 63 ms (the H100 host's speed drifted between the phases).
+    "hf_generate": "over",
 }
 
 
@@ -112,7 +118,8 @@ def test_unprofiled_world_is_calibrated_to_the_measured_step(path):
     measured = report["summary"]["step_time_us"]["unprofiled_p50"] / 1e3
     assert section["step_ms"] == pytest.approx(measured, rel=0.02)
     assert section["profiled_step_ms"] > section["step_ms"]  # the profiler dilates these CPU-bound steps
-    assert section["profiler"]["predicted_over_measured"] > 1
+    assert section["profiler"]["predicted_over_measured"] is not None
+    assert section["profiler"]["calibrated_op_event_us"] > 0  # a cost per recorded event explains the dilation
 
 
 @pytest.mark.skipif(not EXTERNAL_TRACES, reason="no ../shared/traces/external")
@@ -147,3 +154,21 @@ def test_compiled_decode_priced_against_its_reduce_overhead_capture():
         report_of(extra / "compile_decode_reduce_overhead")["summary"]["step_time_us"]["unprofiled_p50"] / 1e3
     assert measured == pytest.approx(0.776, abs=0.001)
     assert launch["what_if"]["saving_ms"] == pytest.approx(measured, rel=TOLERANCE)
+
+
+def test_a_partial_graph_fix_leaves_eager_launches_its_own_trace_prices():
+    """h100_compile/hf_generate_static: hf_generate's measured fix (decode forwards replayed as CUDA graphs by
+    torch.compile, prefill and generate()'s own ops eager). Its trace is a graph run, so the launch finding prices
+    the eager launches left, not graph capture, and names them as the ones outside the graphs; the pathological
+    trace's all-graphs bound sits below the fix's measured step (what the fix left undone)."""
+    twin = report_of(HERE / "fixtures" / "h100_compile" / "hf_generate_static")
+    launch = next(f for f in twin["findings"] if f["id"] == "launch_overhead")
+    assert "already replays CUDA graphs" in launch["advice"] and "launches made eagerly outside" in launch["advice"]
+    assert launch["what_if"]["fix"] == "the CPU time before each eagerly launched kernel taken out"
+    assert 0 < launch["what_if"]["saving_ms"] < launch["what_if"]["step_ms"]
+    region = [f for f in twin["findings"] if f["kind"] == "host_work" and "Torch-Compiled Region" in f["title"]]
+    assert region and "compiled region" in region[0]["advice"] and "guard" in region[0]["advice"]
+    bound = report_of(HERE / "fixtures" / "h200_whatif" / "hf_generate")["what_if"]["all_fixed"]["fixed_step_ms"]
+    measured_fix = api.read_meta(HERE / "fixtures" / "h200_whatif" / "hf_generate" / "meta.json") \
+        .data["fix_comparison"]["fixed_step_ms"]
+    assert twin["what_if"]["gpu_busy_per_step_ms"] < bound < measured_fix
