@@ -127,6 +127,29 @@ def test_hf_generate_greedy_tokens_equal_runtime(tied):
     assert wl.describe()["output_tokens_last_call"] == 12
 
 
+def test_hf_generate_fixed_twin_reuses_one_static_cache_and_makes_the_same_tokens():
+    """hf_generate_static (hf_generate's measured fix): one StaticCache, reset in place, serves every generate()
+    call at the same addresses (what keeps the compiled forward's CUDA graphs valid), and the greedy tokens of each
+    call equal the eager generate()'s."""
+    pytest.importorskip("transformers")
+    from workloads.hf_generate import Workload as Eager
+    from workloads.hf_generate_static import Workload as Fixed
+    model = random_model(PRESETS["tiny"], torch.device("cpu"), torch.float32, seed=3)
+    kwargs = dict(batch_size=2, prompt_length=7, capacity=0, sampling=Sampling(), mode="eager", seed=4,
+                  options={"hf.max_new_tokens": 5})
+    eager, fixed = Eager(model, **kwargs), Fixed(model, **kwargs)
+    addresses = []
+    for _ in range(2):
+        eager.new_sequence()
+        fixed.input_ids, fixed.attention_mask = eager.input_ids, eager.attention_mask
+        eager.step()
+        fixed.step()
+        assert torch.equal(fixed.tokens(), eager.tokens())
+        addresses.append([layer.keys.data_ptr() for layer in fixed.cache.layers])
+    assert addresses[0] == addresses[1]
+    assert "StaticCache" in fixed.describe()["cache"]
+
+
 def test_hf_generate_capture_on_cpu(tmp_path, cli):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "traces"
