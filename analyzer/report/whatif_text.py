@@ -63,7 +63,8 @@ def summary_line(report: dict) -> str | None:
     if not w.get("available"):
         return "What a fix buys: no estimates for this trace (" + "; ".join(w.get("limits") or []) + ")."
     unit = f"per {w['step_label']}" if w["measure"] == "step" else "over the window (no repeated steps)"
-    basis = ("in the unprofiled run (profiler cost calibrated to meta.json's unprofiled step)"
+    source = (w.get("profiler") or {}).get("measured_by") or "meta.json's unprofiled step"
+    basis = (f"in the unprofiled run (profiler cost calibrated to {source.split(' (')[0]})"
              if w["basis"] == "unprofiled" else "in the trace's own, profiled time")
     line = (f"What a fix buys, {basis}: {ms(w['step_ms'])} {unit} now; all findings fixed, "
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "

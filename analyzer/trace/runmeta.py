@@ -26,6 +26,7 @@ SCHEMA = {
     "environment": {"gpu_name": TEXT, "device": TEXT, "torch": TEXT, "cuda_runtime": TEXT},
     "unprofiled": {"steps": INTEGER, "step_label": TEXT, "step_ms": {"p50": NUMBER}},
     "mode_comparison": {"eager_step_ms": NUMBER, "cuda_graph_step_ms": NUMBER, "eager_over_graph": NUMBER},
+    "fix_comparison": {"step_ms": NUMBER, "statistic": TEXT},
     "profiled": {"memory_stats_delta": OBJECT},
     "sync_sites": LIST,
 }

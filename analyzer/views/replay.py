@@ -89,7 +89,8 @@ class ReplayModel:
         return (f"ReplayModel(activities={len(self.rows)}, streams={len(self.stream_device)}, threads={len(self.tids)}, "
                 f"blocking={len(self.sync_rows)}, limits={self.limits})")
 
-    def run(self, removed=(), no_wait=(), overhead=(), cpu: bool = True, until_ns: int | None = None) -> Replayed:
+    def run(self, removed=(), no_wait=(), overhead=(), cpu: bool = True, until_ns: int | None = None,
+            gap_ns: np.ndarray | None = None) -> Replayed:
         """Replay the trace with CPU time taken out: `removed`, (tid, start_ns, end_ns) intervals cut from their
         thread's timeline; `no_wait`, runtime rows of blocking calls that no longer wait for the GPU (their cost
         stays). A blocking call that starts inside a removed interval goes with it, wait included. `overhead`:
@@ -97,7 +98,8 @@ class ReplayModel:
         same already cut (`cut(intervals)`, to replay one overhead with many fixes). With
         cpu=False only the GPU side and the steps' GPU periods are computed (the CPU times stay None), and
         `until_ns` may stop the replay at the first blocking call from then on: what was launched after it keeps
-        the trace's times, so only the periods of steps that end before it are replayed."""
+        the trace's times, so only the periods of steps that end before it are replayed. `gap_ns` replaces the
+        activities' least gaps after the previous one on their stream (a graph's node gap)."""
         if until_ns is not None and cpu:
             raise ValueError("until_ns replays the GPU side only (cpu=False)")
         if self.limits:
@@ -122,7 +124,8 @@ class ReplayModel:
             overhead = self.cut(overhead)
         cuts = [_union(mine, other) for mine, other in zip(cuts, overhead)]
         active = np.flatnonzero(~drop)
-        ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active, until_ns)
+        ends, sync_start, sync_end, shift_after = self._replay_gpu(cuts, active, until_ns,
+                                                                   self.gap_ns if gap_ns is None else gap_ns)
 
         gpu_start, gpu_end = self.gpu_start_ns.copy(), self.gpu_end_ns.copy()
         gpu_end[self.rows] = ends
@@ -170,7 +173,7 @@ class ReplayModel:
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
 
-    def _replay_gpu(self, cuts, active: np.ndarray, until_ns: int | None = None):
+    def _replay_gpu(self, cuts, active: np.ndarray, until_ns: int | None, gap_ns: np.ndarray):
         """The activities' replayed ends (in this model's order), and each active blocking call's replayed start,
         end and the thread's shift after it (the removed time before it counted back in); from the first blocking
         call at or after `until_ns` on, the trace's own times."""
@@ -195,7 +198,7 @@ class ReplayModel:
         chunk = _chunks(self.launch_ns, self.stream, sync_start_orig)
         order = np.argsort(chunk, kind="stable")  # chunk by chunk, each stream in order within a chunk
         ch, st, d = chunk[order], self.stream[order], self.duration_ns[order]
-        step = self.gap_ns[order] + d
+        step = gap_ns[order] + d
         first = np.ones(len(order), bool)
         first[1:] = (ch[1:] != ch[:-1]) | (st[1:] != st[:-1])
         group_start = np.flatnonzero(first)

@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from analyzer.views.graphable import InnerLoop, inner_loop
 from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
 
 PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on top of the call's own
@@ -107,6 +108,17 @@ def graph_steps_ns(ctx, model: ReplayModel, measure: Measure, node_gap: int) -> 
     return float(ctx.timeline.busy_ns + max(len(model.rows) - 1, 0) * node_gap)
 
 
+def loop_of(ctx, model: ReplayModel, measure: Measure) -> InnerLoop | None:
+    """The loop inside the measured steps whose iterations graphs would replay (analyzer.views.graphable)."""
+    if measure.kind != "step":
+        return None
+    gpu, rt = ctx.model.gpu, ctx.model.runtime
+    launch = gpu.launch[model.rows]
+    launch_end = np.where(launch >= 0, rt.end_ns[np.maximum(launch, 0)], model.launch_ns) if len(rt) else \
+        model.launch_ns
+    return inner_loop(model, measure.steps, gpu.name[model.rows], launch_end)
+
+
 def busy_per_step_ns(ctx, measure: Measure) -> float:
     if measure.kind == "step":
         return float(np.median([ctx.step_table[k]["busy_us"] * 1e3 for k in measure.steps.tolist()]))
@@ -145,17 +157,24 @@ class ProfilerCost:
         return out
 
 
-def _unprofiled_target_ns(ctx, measure: Measure) -> float | None:
-    """meta.json's unprofiled p50 step, where it times the same steps on the GPU's clock."""
+def _unprofiled_target_ns(ctx, measure: Measure) -> tuple[float, str] | tuple[None, None]:
+    """meta.json's unprofiled p50 step, where it times the same steps on the GPU's clock, and which timing gave
+    it: the fix comparison's rounds of this workload where the capture ran them (the last timing before the
+    profiled window, so the nearest to the host's state in it, and the baseline its measured fix is compared
+    against), else the timing phase."""
     meta = ctx.meta
     p50 = meta.get("unprofiled", "step_ms", "p50") if meta else None
     label = (meta.get("unprofiled", "step_label", default="") or "") if meta else ""
     clock = str(meta.get("unprofiled", "clock", default="") or "") if meta else ""
     if not p50 or measure.kind != "step" or "cuda" not in clock.lower() or not label:
-        return None
+        return None, None
     if not all(ctx.step_table[k]["step"].startswith(label) for k in measure.steps.tolist()):
-        return None
-    return float(p50) * 1e6
+        return None, None
+    compared = meta.get("fix_comparison", "step_ms")
+    if compared and compared > 0 and \
+            str(meta.get("fix_comparison", "statistic", default="")).startswith("p50"):
+        return float(compared) * 1e6, "fix_comparison"
+    return float(p50) * 1e6, "unprofiled"
 
 
 def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, profiled: float,
@@ -208,12 +227,14 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     measure = measure_for(ctx)
     profiled = measure.of(model, model.unchanged())
     cost = ProfilerCost(ctx, model, measure.until_ns)
-    target = _unprofiled_target_ns(ctx, measure)
+    target, target_source = _unprofiled_target_ns(ctx, measure)
     default_world = model.run(overhead=cost.cut(OP_EVENT_NS), cpu=False, until_ns=measure.until_ns)
     predicted = measure.of(model, default_world)
     profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
                 "predicted_unprofiled_step_ms": _ms(predicted),
                 "measured_unprofiled_step_ms": _ms(target) if target else None,
+                "measured_by": {"fix_comparison": "meta.json fix_comparison.step_ms (its rounds of this workload)",
+                                "unprofiled": "meta.json unprofiled.step_ms.p50"}.get(target_source),
                 "predicted_over_measured": round(predicted / target, 3) if target else None}
     busy = busy_per_step_ns(ctx, measure)
     if target:
@@ -225,8 +246,13 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         overhead, world_step = model.cut(()), profiled
         basis = "profiled"
     node_gap, gap_source = graph_node_gap_ns(model)
+    loop = loop_of(ctx, model, measure) if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) \
+        else None
 
     def fixed_step(fix: Fix) -> float:
+        if fix.as_graphs and loop is not None:
+            return measure.of(model, model.run(loop.removed, (), overhead, cpu=False, until_ns=measure.until_ns,
+                                               gap_ns=loop.gap_ns(model, node_gap)))
         if fix.as_graphs and measure.kind == "step":
             return graph_steps_ns(ctx, model, measure, node_gap)
         return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False,
@@ -246,6 +272,11 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         per_finding[f.id] = _saving(world_step, after, fix, measure)
         if fix.as_graphs and measure.kind != "step":
             per_finding[f.id]["fix"] = "the launch gaps' CPU time taken out (no repeated steps to replay as graphs)"
+        elif fix.as_graphs and loop is not None:
+            per_finding[f.id]["fix"] = (
+                f"the work between host syncs that recurs inside each {measure.label} (a loop of its own: "
+                f"{loop.segments} segments, {loop.share:.0%} of its launches) replayed as CUDA graphs; the work "
+                f"that runs once per {measure.label} stays eager")
         kept = model.sync_cost_ns[np.isin(model.sync_rows, fix.no_wait)].sum() if len(fix.no_wait) else 0
         if kept:
             per_finding[f.id]["kept_cost_ms"] = _ms(kept)  # the blocking calls' own time, after the GPU was done
