@@ -29,7 +29,9 @@ FIXED = {"decode_item_sync": ("sync", "item"), "decode_print": ("sync", "print")
 def fixed_finding(report: dict, meta: dict) -> dict | None:
     """The top-level finding the twin fixes: launch overhead where the twin is the same script as a CUDA graph."""
     comparison = meta["fix_comparison"]
-    if comparison.get("fixed_mode") == "cuda_graph" and meta["workload"].get("mode") != "cuda_graph":
+    graphs_fix = (comparison.get("fixed_mode") == "cuda_graph" and meta["workload"].get("mode") != "cuda_graph") or \
+        comparison.get("fixed_compile_mode") in ("reduce-overhead", "max-autotune")
+    if graphs_fix:
         kind, sub = "launch_gap", None
     else:
         kind, sub = FIXED.get(meta["workload"]["script"], (None, None))

@@ -6,7 +6,8 @@
 # pairs: the eager decode (batch 1, and batch 8) against itself replayed as a CUDA graph (timing.compare_fix_mode),
 # the fix for launch overhead. hf_generate: transformers' generate() against its own fix (static cache, forward compiled
 # with mode=reduce-overhead: workloads/hf_generate_static.py), 4 new tokens per call and two profiled calls without
-# Python stacks or memory events (24 layers with stacks do not fit a 2 MB fixture).
+# Python stacks or memory events (24 layers with stacks do not fit a 2 MB fixture). compile_decode: torch.compile of
+# the decode step with mode="default" against the same compiled with mode="reduce-overhead" (one graph per step).
 #   bash scripts/make_what_if_pairs.sh OUT_DIR [RUN_NAME ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,12 @@ for pair in decode_vs_graph:decode batch_decode_vs_graph:batch_decode; do
     --set prompt_length=128 --set decode_steps=32 --set timing.warmup_steps=5 --set profiler.warmup=2 \
     --set profiler.active=4 --set name="$name"
 done
+if want compile_decode; then
+  python3 -m analyzer capture workloads/compile_decode.yaml --out "$out" --set device=cuda \
+    --set timing.compare_fix=compile_decode --set timing.compare_fix_compile_mode=reduce-overhead \
+    --set timing.sessions=6 --set memory_history.enabled=false --set prompt_length=128 --set decode_steps=32 \
+    --set timing.warmup_steps=5 --set profiler.warmup=2 --set profiler.active=4 --set name=compile_decode
+fi
 if want hf_generate; then
   python3 -m analyzer capture workloads/hf_generate.yaml --out "$out" --set timing.compare_fix=hf_generate_static \
     --set timing.sessions=6 --set memory_history.enabled=false --set hf.max_new_tokens=4 --set decode_steps=8 \

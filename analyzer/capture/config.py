@@ -80,6 +80,9 @@ SCHEMA: tuple[Field, ...] = (
           "more than many fixes save", nullable=True),
     Field("timing.compare_fix_mode", str, None, "the decode mode the fixed twin runs in (cuda_graph: the fix for "
           "launch overhead); null = this run's mode", nullable=True, choices=("eager", "cuda_graph")),
+    Field("timing.compare_fix_compile_mode", str, None, "compile_decode as the fixed twin: its `torch.compile` mode "
+          "(reduce-overhead: the fix for a compiled step's launch overhead); null = this run's compile.mode",
+          nullable=True, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
     Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
     Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
     Field("profiler.active", int, 8, "decode steps recorded (after the recorded prefill)", minimum=1),
@@ -155,6 +158,7 @@ class TimingConfig:
     compare_modes: bool
     compare_fix: str | None
     compare_fix_mode: Literal["eager", "cuda_graph"] | None
+    compare_fix_compile_mode: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -427,6 +431,9 @@ def _check_cross_fields(source: str, values: dict[str, Any]) -> None:
     if twin is not None and twin not in script_names():
         raise UsageError(f"{source}: key 'timing.compare_fix': unknown script {twin!r}; allowed: "
                          f"{', '.join(script_names())}")
+    if values["timing.compare_fix_compile_mode"] is not None and twin != "compile_decode":
+        raise UsageError(f"{source}: key 'timing.compare_fix_compile_mode': sets the compile mode of the twin "
+                         f"compile_decode, but timing.compare_fix is {twin!r}")
     if values["model.checkpoint"] is None:
         presets = _preset_names()
         if values["model.preset"] not in presets:

@@ -35,15 +35,15 @@ class StepsKind:
         self.wl = self.make(config.mode)
         self.timing: dict | None = None
 
-    def make(self, mode: str, script: type | None = None):
+    def make(self, mode: str, script: type | None = None, option_overrides: dict | None = None):
         """An instance of the script (or of `script`) in `mode`, its KV cache sized for the longest sequence any
-        phase runs."""
+        phase runs; `option_overrides`: dotted keys of its option sections set otherwise than the workload's."""
         c = self.config
         capacity = c.prompt_length + 1 + max(c.decode_steps, c.timing.warmup_steps,
                                              c.profiler.wait + c.profiler.warmup, c.profiler.active)
         script = script or self.script
         sections = getattr(script, "option_sections", ())
-        options = {"options": c.options(sections)} if sections else {}
+        options = {"options": {**c.options(sections), **(option_overrides or {})}} if sections else {}
         return script(self.model, batch_size=c.batch_size, prompt_length=c.prompt_length, capacity=capacity,
                            sampling=self.sampling, mode=mode, seed=c.seed, **options)
 
@@ -69,7 +69,9 @@ class StepsKind:
         """This script and its fixed twin on the same model, warmed up, then `timing.sessions` rounds of one session
         each, in alternating order (ABBA...), so that drift of the machine's speed falls on both alike."""
         c = self.config
-        fixed = self.make(c.timing.compare_fix_mode or c.mode, twin)
+        compile_mode = c.timing.compare_fix_compile_mode
+        fixed = self.make(c.timing.compare_fix_mode or c.mode, twin,
+                          {"compile.mode": compile_mode} if compile_mode else None)
         if fixed.step_label != self.wl.step_label:
             session.note(f"timing.compare_fix: {c.timing.compare_fix} steps {fixed.step_label!r}, this script "
                          f"{self.wl.step_label!r}: not the same unit of work; skipped")
@@ -88,6 +90,7 @@ class StepsKind:
         fixed_ms = summarize_ms([x for one in ms[False] for x in one])["p50"]
         return {"fix_comparison": {
             "fixed_script": c.timing.compare_fix, "fixed_mode": c.timing.compare_fix_mode or c.mode,
+            **({"fixed_compile_mode": compile_mode} if compile_mode else {}),
             "statistic": "p50 of unprofiled steps",
             "order": "rounds of one session each, alternating which goes first",
             "step_ms": with_ms, "fixed_step_ms": fixed_ms, "saving_ms": with_ms - fixed_ms,
