@@ -240,6 +240,15 @@ def test_compare_fix_times_the_fixed_twin_in_interleaved_sessions(tmp_path, cli)
         assert f"fix comparison, round {k} of 2: as captured" in result.stderr
 
 
+def test_compare_fix_compile_mode_needs_compile_decode_as_the_twin(tmp_path, cli):
+    result = cli("capture", "workloads/item_sync.yaml", "--out", str(tmp_path), "--set", "timing.compare_fix=decode",
+                 "--set", "timing.compare_fix_compile_mode=reduce-overhead")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert "key 'timing.compare_fix_compile_mode'" in result.stderr and "'decode'" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
 def test_compare_fix_names_an_unknown_script_on_one_line(tmp_path, cli):
     result = cli("capture", "workloads/item_sync.yaml", "--out", str(tmp_path), "--set", "timing.compare_fix=nope")
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -219,6 +219,23 @@ def test_compile_decode_greedy_tokens_equal_eager():
 
 
 @needs_compiler
+def test_compile_decode_timed_against_itself_in_reduce_overhead_mode(tmp_path, cli):
+    """The fix for a compiled step's launch overhead is a torch.compile mode: the twin is compile_decode itself with
+    compile.mode=reduce-overhead, timed in rounds interleaved with the run (on a GPU, one graph replay per step)."""
+    out = tmp_path / "traces"
+    result = cli("capture", "workloads/compile_decode.yaml", "--out", str(out), *TINY, "--set", "timing.sessions=2",
+                 "--set", "timing.compare_fix=compile_decode",
+                 "--set", "timing.compare_fix_compile_mode=reduce-overhead")
+    assert result.returncode == 0, result.stderr
+    _, meta = load_run(only_run(out))
+    fix = meta["fix_comparison"]
+    assert fix["fixed_script"] == "compile_decode" and fix["fixed_compile_mode"] == "reduce-overhead"
+    assert meta["workload"]["compile"]["mode"] == "default"  # the run itself keeps its own mode
+    assert len(fix["session_p50_ms"]) == len(fix["fixed_session_p50_ms"]) == 2
+    assert "fix comparison, round 2 of 2: compile_decode" in result.stderr
+
+
+@needs_compiler
 def test_compile_decode_capture_on_cpu(tmp_path, cli):
     out = tmp_path / "traces"
     result = cli("capture", "workloads/compile_decode.yaml", "--out", str(out), *TINY)
