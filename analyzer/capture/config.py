@@ -158,7 +158,7 @@ class TimingConfig:
     compare_modes: bool
     compare_fix: str | None
     compare_fix_mode: Literal["eager", "cuda_graph"] | None
-    compare_fix_compile_mode: str | None
+    compare_fix_compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"] | None
 
 
 @dataclasses.dataclass(frozen=True)

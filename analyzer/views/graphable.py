@@ -34,19 +34,21 @@ class InnerLoop:
         return np.where(self.graphed & ~self.first, np.minimum(model.gap_ns, node_gap_ns), model.gap_ns)
 
 
-def inner_loop(model: ReplayModel, steps: np.ndarray, names: np.ndarray, launch_end_ns: np.ndarray) -> InnerLoop | None:
+def inner_loop(model: ReplayModel, steps: np.ndarray, names: np.ndarray,
+               launch_end_ns: np.ndarray) -> InnerLoop | None:
     """The inner loop of the measured steps, or None where one of them has none (the whole step is the graph).
     `names`: each replay-model activity's name code; `launch_end_ns`: when its launch call returned."""
     graphed = np.zeros(len(model.rows), bool)
     first = np.zeros(len(model.rows), bool)
     removed, segments, looped, total = [], [], 0, 0
-    for k in steps.tolist():
-        mine = np.flatnonzero(model.step == k)
-        mine = mine[np.argsort(model.launch_ns[mine], kind="stable")]
+    by_step = np.lexsort((model.launch_ns, model.step))  # each step's activities together, in launch order
+    bounds = np.searchsorted(model.step[by_step], np.stack([steps, steps + 1]))
+    for k, a, b in zip(steps.tolist(), bounds[0].tolist(), bounds[1].tolist()):
+        mine = by_step[a:b]
         if not len(mine):
             return None
-        syncs = model.sync_start_ns[(model.sync_thread == model.step_thread) & (model.sync_start_ns >= model.step_lo_ns[k])
-                                    & (model.sync_start_ns < model.step_hi_ns[k])]
+        t = model.sync_start_ns
+        syncs = t[(model.sync_thread == model.step_thread) & (t >= model.step_lo_ns[k]) & (t < model.step_hi_ns[k])]
         segment = np.searchsorted(syncs, model.launch_ns[mine], side="left")
         cuts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1], True])
         parts = [mine[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
