@@ -41,7 +41,9 @@ def inner_loop(model: ReplayModel, steps: np.ndarray, names: np.ndarray,
     graphed = np.zeros(len(model.rows), bool)
     first = np.zeros(len(model.rows), bool)
     removed, segments, looped, total = [], [], 0, 0
-    by_step = np.lexsort((model.launch_ns, model.step))  # each step's activities together, in launch order
+    near = np.flatnonzero((model.step >= steps.min()) & (model.step <= steps.max())) if len(steps) else \
+        np.zeros(0, np.int64)  # a long trace's measured steps are its first ones: sort only theirs
+    by_step = near[np.lexsort((model.launch_ns[near], model.step[near]))]  # a step's activities in launch order
     bounds = np.searchsorted(model.step[by_step], np.stack([steps, steps + 1]))
     for k, a, b in zip(steps.tolist(), bounds[0].tolist(), bounds[1].tolist()):
         mine = by_step[a:b]
