@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from analyzer import api
+from analyzer.api import predicted_text
 from analyzer.compare.diff import compare
 from analyzer.report.figures import mem_unit, window_start_us
-from analyzer.units import fmt_bytes
+from analyzer.units import fmt_bytes, fmt_us
 from dashboard.app import create_app, exposure_warning, main
 from dashboard.figures import SEGMENTS_BEFORE_GROUPING, SMALL_SEGMENT_SHARE, segments_figure
 from dashboard.runs import CACHE_DIR_NAME, RunStore
@@ -307,6 +308,11 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     page.wait_for_selector("tr.diff-finding", timeout=60_000)
     shown = page.locator("tr.diff-finding[data-status=fixed]").all_inner_texts()
     assert sorted(t.split("\t")[1].strip() for t in shown) == sorted(fixed)
+    # a fixed finding carries the saving the run before predicted for it, beside the measured change
+    item = next(f for f in d["findings"] if f["status"] == "fixed" and ".item()" in f["title_before"])
+    assert item["saving_before_ms"] is not None and predicted_text(item) != "–"
+    row = page.locator("tr.diff-finding[data-status=fixed]").filter(has_text=".item()")
+    assert row.locator("td").last.inner_text().strip() == predicted_text(item)
     summary = page.locator(".diff-summary").inner_text()
     assert "GPU utilization" in summary and "step time p50, unprofiled" in summary
     verdict = page.locator("p.verdict")
@@ -370,6 +376,11 @@ def test_run_list_tells_launch_bound_runs_apart(page, base_url):
         others = [f for f in report["findings"] if not f.get("parent") and f["kind"] != "launch_gap"]
         best = max(others, key=lambda f: f["impact_us"])
         assert best["kind"] == kind and best["title"] in row.locator("td.other-finding").inner_text()
+        # the biggest saving: the top-level finding whose fix buys the most, with its number from report.json
+        priced = [f for f in report["findings"] if not f.get("parent") and f["what_if"].get("saving_ms") is not None]
+        top = max(priced, key=lambda f: f["what_if"]["saving_ms"])
+        cell = row.locator("td.best-saving").inner_text()
+        assert fmt_us(top["what_if"]["saving_ms"] * 1e3) in cell and top["title"] in cell
     assert not page.errors
 
 
