@@ -70,6 +70,13 @@ def summary_line(report: dict) -> str | None:
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "
             f"{ms(w['gpu_busy_per_step_ms'])}).")
     prof = w.get("profiler") or {}
+    timed = ((report.get("summary") or {}).get("step_time_us") or {}).get("unprofiled_p50")
+    measured = prof.get("measured_unprofiled_step_ms")
+    if "fix_comparison" in (prof.get("measured_by") or "") and timed and measured and \
+            abs(timed / 1e3 - measured) > 0.05 * measured:
+        line += (f" The comparison rounds, the timing nearest the profiled window, measured "
+                 f"{ms(measured)} per {w['step_label']}; the timing phase {ms(timed / 1e3)} (the host's speed "
+                 f"drifted between them).")
     if prof.get("predicted_over_measured"):
         line += (f" Profiler overhead: the trace predicts an unprofiled step of "
                  f"{ms(prof['predicted_unprofiled_step_ms'])} at a default cost per recorded event; "

@@ -274,9 +274,9 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
             per_finding[f.id]["fix"] = "the launch gaps' CPU time taken out (no repeated steps to replay as graphs)"
         elif fix.as_graphs and loop is not None:
             per_finding[f.id]["fix"] = (
-                f"the work between host syncs that recurs inside each {measure.label} (a loop of its own: "
-                f"{loop.segments} segments, {loop.share:.0%} of its launches) replayed as CUDA graphs; the work "
-                f"that runs once per {measure.label} stays eager")
+                f"the work between host syncs that recurs inside each {measure.label} replayed as CUDA graphs "
+                f"({loop.segments} segments, {loop.share:.0%} of its launches; the work that runs once per "
+                f"{measure.label}, such as a prefill, stays eager)")
         kept = model.sync_cost_ns[np.isin(model.sync_rows, fix.no_wait)].sum() if len(fix.no_wait) else 0
         if kept:
             per_finding[f.id]["kept_cost_ms"] = _ms(kept)  # the blocking calls' own time, after the GPU was done
