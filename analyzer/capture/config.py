@@ -44,6 +44,8 @@ def _preset_names() -> tuple[str, ...]:
     return preset_names()
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")  # torch.compile's
+
 SCHEMA: tuple[Field, ...] = (
     Field("script", str, None, "workload script: a module in workloads/ or a path to a .py file defining `Workload`"),
     Field("name", str, None, "run name used in the run folder (default: the YAML file's stem)", nullable=True),
@@ -82,7 +84,7 @@ SCHEMA: tuple[Field, ...] = (
           "launch overhead); null = this run's mode", nullable=True, choices=("eager", "cuda_graph")),
     Field("timing.compare_fix_compile_mode", str, None, "compile_decode as the fixed twin: its `torch.compile` mode "
           "(reduce-overhead: the fix for a compiled step's launch overhead); null = this run's compile.mode",
-          nullable=True, choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
+          nullable=True, choices=COMPILE_MODES),
     Field("profiler.wait", int, 0, "profiler schedule: steps skipped before warm-up", minimum=0),
     Field("profiler.warmup", int, 2, "profiler schedule: steps traced but discarded", minimum=0),
     Field("profiler.active", int, 8, "decode steps recorded (after the recorded prefill)", minimum=1),
@@ -113,7 +115,7 @@ SCHEMA: tuple[Field, ...] = (
           minimum=1),
     Field("compile.mode", str, "default", "compile_decode script: the `torch.compile` mode of the decode step "
           "(reduce-overhead and max-autotune also replay it as a CUDA graph on CUDA)",
-          choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")),
+          choices=COMPILE_MODES),
     Field("compile.backend", str, "inductor", "decode_recompile and decode_graph_break scripts: the `torch.compile` "
           "backend of their helper (eager and aot_eager compile as inductor does, without generating kernels: fast "
           "on a CPU)",

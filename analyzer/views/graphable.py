@@ -45,12 +45,13 @@ def inner_loop(model: ReplayModel, steps: np.ndarray, names: np.ndarray,
         np.zeros(0, np.int64)  # a long trace's measured steps are its first ones: sort only theirs
     by_step = near[np.lexsort((model.launch_ns[near], model.step[near]))]  # a step's activities in launch order
     bounds = np.searchsorted(model.step[by_step], np.stack([steps, steps + 1]))
+    step_syncs = model.sync_start_ns[model.sync_thread == model.step_thread]  # in time order
     for k, a, b in zip(steps.tolist(), bounds[0].tolist(), bounds[1].tolist()):
         mine = by_step[a:b]
         if not len(mine):
             return None
-        t = model.sync_start_ns
-        syncs = t[(model.sync_thread == model.step_thread) & (t >= model.step_lo_ns[k]) & (t < model.step_hi_ns[k])]
+        syncs = step_syncs[np.searchsorted(step_syncs, model.step_lo_ns[k]):
+                           np.searchsorted(step_syncs, model.step_hi_ns[k])]
         segment = np.searchsorted(syncs, model.launch_ns[mine], side="left")
         cuts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1], True])
         parts = [mine[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
