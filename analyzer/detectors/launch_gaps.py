@@ -14,7 +14,8 @@ from analyzer.units import us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, QUEUED
 from analyzer.units import fmt_fine_us, fmt_us, plural
 from analyzer.views.frames import FrameKind, describe_frame
-from analyzer.views.sites import KIND_NONE, describe_site, frames_key, op_key, site_keys
+from analyzer.views.host_during import TRACED_SHARE
+from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, site_keys
 from analyzer.views.timeline import merge_intervals
 from analyzer.views.traits import is_compiled_region
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
@@ -158,9 +159,17 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     groups: dict[int, list[int]] = defaultdict(list)
     work: dict[int, set] = defaultdict(set)
     owners: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (user frame, piece start, piece end)
+    untraced: dict[int, int] = defaultdict(int)  # ns of the group's pieces that nothing recorded inside covers
+    bare: dict[int, bool] = {}  # the group's pieces have no recorded context at all (named by the next launch)
+    during = ctx.host_during
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
         key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
+        d = during.of(piece)
+        # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
+        if d >= 0 and during.traced_share[d] < TRACED_SHARE and key >> 60 != KIND_OP:
+            untraced[key] += int(hi[i] - lo[i])
+        bare[key] = bare.get(key, True) and span is None
         if owner >= 0:
             owners[key].append((owner, int(lo[i]), int(hi[i])))
         a, b = span if span and span[1] - span[0] <= 2 * (hi[i] - lo[i]) else (int(lo[i]), int(hi[i]))
@@ -174,6 +183,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
         durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in members]
         out.append(({"call_site": site["label"], "site": site, "count": len(members),
                      "idle_us": round(sum(durations), 3), "max_us": max(durations),
+                     "untraced_us": us(untraced[key]), "recorded_context": not bare[key],
                      "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
                      "launch_site": describe_site(ctx, int(_pieces_site_keys(ctx, np.array([lead]))[0]))["label"],
                      "libraries": _library_children(ctx, owners.get(key, [])),
@@ -540,18 +550,35 @@ def _host_work_advice(site: dict, graphs_replayed: bool) -> str:
     return advice
 
 
+UNTRACED_ADVICE = (
+    "The profiler recorded nothing inside this time on the thread that launches the GPU work: no op, no CUDA call, no "
+    "Python call (or only the enclosing one). It is the interpreter running that code's own lines, a JIT or compiler "
+    "(TorchScript's profiling executor, torch.compile, Triton), garbage collection, waiting for the GIL held by "
+    "another thread, or the OS. Record with with_stack=True (and record_shapes) to see Python calls; if it happens "
+    "only in the first iterations, profile after warm-up; py-spy or Nsight Systems' CPU sampling show what the "
+    "thread ran.")
+
+
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
                         long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
     out = []
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
         libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
+        untraced = h["untraced_us"] * 2 >= h["idle_us"]
+        if not untraced:
+            what, advice = f"while the CPU ran {h['call_site']}", _host_work_advice(h["site"], graphs_replayed)
+        elif h["recorded_context"]:
+            what = f"in untraced host time inside {h['call_site']} (nothing recorded under it)"
+            advice = UNTRACED_ADVICE
+        else:
+            what = f"in untraced host time (nothing recorded on the launching thread) before {h['call_site']}"
+            advice = UNTRACED_ADVICE
         out.append(Finding(
             kind="host_work", severity=severity_for(h["idle_us"], window_us),
-            title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) while "
-                  f"the CPU ran {h['call_site']}",
+            title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) {what}",
             call_site=h["call_site"], library_site=None if libraries else h["site"]["library_below"],
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
-            advice=_host_work_advice(h["site"], graphs_replayed),
+            advice=advice,
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
                     "libraries": h["libraries"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))

@@ -22,9 +22,15 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     rt = model.runtime
     sel = np.setdiff1d(np.flatnonzero(idle.cause == WARMUP), ctx.recompile_pieces)  # recompiles recur: not one-time
     parts = SiteTable(sums=("idle_us",), count=None, max_occurrences=8)
+    untraced = dict(zip(ctx.untraced_one_time[0].tolist(), ctx.untraced_one_time[1]))
     for i in sel.tolist():
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
-        if r >= 0:
+        if i in untraced:
+            what, api = untraced[i]
+            text = (f"untraced host time {api} (a JIT compile)" if what == "JIT compilation" else
+                    f"untraced host time before the first {api} call (a scripted or compiled function's first call)")
+            what = f"untraced {what}"
+        elif r >= 0:
             what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
             text = f"{api} ({what})"
         elif op >= 0 and COMPILE_OP.match(model.names[model.ops.name[op]]):

@@ -10,7 +10,7 @@ from analyzer.arrays import distinct
 from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
 from analyzer.detectors.base import SEVERITIES
-from analyzer.units import us
+from analyzer.units import plural, us
 from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.idle import CAUSES, PROFILER, UNKNOWN
@@ -28,7 +28,8 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     started = time.perf_counter() if started is None else started
     model, meta = ctx.model, ctx.meta
     results = [detect(ctx) for detect in DETECTORS]
-    findings = _ranked([f for r in results for f in r.findings])
+    # with no GPU timeline there is no idle to explain: a finding would state the cost of nothing
+    findings = _ranked([f for r in results for f in r.findings]) if ctx.timeline.devices else []
     what_if, savings = evaluate(ctx, findings)
     checks = validity_checks(ctx, _dilation(ctx, ctx.step_table))
     tl = ctx.timeline
@@ -51,7 +52,7 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     }
     report["summary"]["top_finding"] = report["findings"][0]["title"] if findings else None
     if not tl.devices:
-        report["summary"]["note"] = _no_gpu_note(model)
+        report["summary"]["note"] = _no_gpu_note(model, checks)
     return report
 
 
@@ -98,7 +99,12 @@ def _ranked(findings: list) -> list:
     return ordered
 
 
-def _no_gpu_note(model: TraceModel) -> str:
+def _no_gpu_note(model: TraceModel, checks: list) -> str:
+    missing = next((c for c in checks if c.name == "gpu_activity_recorded"), None)
+    if missing is not None:
+        return (f"{plural(missing.measured['launches'], 'launch call')} recorded but no GPU activity: the GPU side "
+                f"was not recorded (CUDA activity off, or CUPTI unable to record it), so no idle can be explained; "
+                f"see the trace checks")
     foreign = model.foreign_activity
     if foreign:
         what = ", ".join(f"{count} {cat}" for cat, count in sorted(foreign.items(), key=lambda kv: -kv[1]))

@@ -14,7 +14,7 @@ MAX_FINDINGS = 15
 MAX_REQUEST_ROWS = 24
 BASE_CAUSES = ("cpu_launch", "sync", "allocator", "queued")
 CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop",
-                 "warmup": "one-time", "unknown": "unexplained"}
+                 "warmup": "one-time", "unknown": "unexplained", "input_wait": "input", "host_compute": "host math"}
 
 
 
@@ -162,6 +162,8 @@ def _allocating(g: dict) -> str:
 def _findings(report: dict) -> list[str]:
     findings = report["findings"]
     if not findings:
+        if report["summary"].get("gpu_utilization") is None:
+            return ["No findings: with no GPU activity recorded, there is no GPU idle time to explain.", ""]
         return ["No findings: nothing in this trace left the GPU measurably idle.", ""]
     shown = numbered(ranked(findings))[:MAX_FINDINGS]
     rows = [[n, f["severity"], f.get("confidence", "–"), f["kind"], ("↳ " if f.get("parent") else "") + f["title"],
@@ -184,18 +186,34 @@ def _steps(report: dict) -> list[str]:
         return []
     shown = steps if len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + steps[-MAX_STEP_ROWS // 2:]
     causes = _causes_shown(report)
-    rows = [[s["step"], fmt_us(s["cpu_us"]), fmt_us(s.get("gpu_span_us")), fmt_us(s["busy_us"]),
-             fmt_pct(s["gpu_utilization"]), *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]]
+    batches = any(s.get("batch") for s in shown)
+    rows = [[s["step"], *([batch_text(s.get("batch"))] if batches else []), fmt_us(s["cpu_us"]),
+             fmt_us(s.get("gpu_span_us")), fmt_us(s["busy_us"]), fmt_pct(s["gpu_utilization"]),
+             *(fmt_us(s["idle_by_cause_us"].get(c)) for c in causes), s["launches"]]
             for s in shown]
     lines = [f"#### Per step ({len(steps)} step{'' if len(steps) == 1 else 's'}, from {report['gaps']['step_source']})",
              "",
              "A step's GPU work is what it launched (matched by correlation id), wherever it ran; its idle time is "
              "the wait before that work. Utilization = busy / (busy + idle).", ""]
-    lines += _table(["step", "CPU span", "GPU span", "GPU busy", "util",
+    lines += _table(["step", *(["batch"] if batches else []), "CPU span", "GPU span", "GPU busy", "util",
                      *(f"idle: {CAUSE_HEADERS.get(c, c)}" for c in causes), "launches"], rows)
     if len(shown) < len(steps):
         lines.append(f"_({len(steps) - len(shown)} middle steps omitted)_")
     return lines + [""]
+
+
+def batch_text(batch: dict | None) -> str:
+    """A serving engine's step batch in a few words: `prefill 1 req / 888 tok + decode 37 req / 37 tok`."""
+    if not batch:
+        return "–"
+    parts = [f"{phase} {batch[f'{phase}_requests']} req" + (f" / {batch[f'{phase}_tokens']} tok"
+                                                             if batch.get(f"{phase}_tokens") is not None else "")
+             for phase in ("prefill", "decode") if batch.get(f"{phase}_requests")]
+    if parts:
+        return " + ".join(parts)
+    if "new_requests" in batch:
+        return f"{batch['new_requests']} new + {batch['cached_requests']} cached req"
+    return f"{batch.get('phase') or '?'} {batch.get('requests') or '?'} req"
 
 
 def _causes_shown(report: dict) -> list[str]:

@@ -72,7 +72,10 @@ class _CategoryCodes(dict):
 CATEGORY_CODES = _CategoryCodes()
 GPU_KINDS = {"kernel": GpuKind.KERNEL, "gpu_memcpy": GpuKind.MEMCPY, "gpu_memset": GpuKind.MEMSET, "cuda_sync": GpuKind.SYNC}
 MEMORY_EVENTS = ("[memory]", "[OutOfMemory]")
-STEP_NAME = re.compile(r"^(\S[^#]*)#(\d+)$|^prefill$")  # "<label>#<n>": a label of any characters but "#"
+# "<label>#<n>": a label of any characters but "#"; and serving engines' own step annotations (analyzer.views.steps)
+STEP_NAME = re.compile(r"^(\S[^#]*)#(\d+)$|^prefill$"
+                       r"|^execute_(?:\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)$|^execute_new_\d+_cached_\d+$"
+                       r"|^step\[[A-Z_]+(?: [^\]]*)?\]$|^(?:prefill|decode)\[bs=[^\]]*\]$")
 _MEMORY_ARGS = ("alloc_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 # Args fields by the categories whose tables use them -> the slice column that holds them.
 _ARGS_BY_CATEGORY = tuple(

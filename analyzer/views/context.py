@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.trace import TraceModel
 from analyzer.trace.runmeta import RunMeta
 from analyzer.trace.snapshot import MemorySnapshot
@@ -16,7 +18,8 @@ from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graph_breaks import GraphBreaks, graph_breaks
 from analyzer.views.graphs import GraphUse, graph_use
-from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, classify_idle
+from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle
+from analyzer.views.host_during import LONG_NS, HostDuring, first_invocations, host_during, one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.queued import QueuedWaits, queued_waits
@@ -25,6 +28,14 @@ from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline, merge_intervals
 from analyzer.views.traits import TraceTraits, trace_traits
+
+
+HOST_OP_MIN_NS = 50_000  # a host-only op this long is math, not the dispatcher's few µs of launch overhead
+NO_COMPUTE_OP = re.compile(
+    r"^aten::(?:_?(?:unsafe_)?view|view_as|reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|permute|transpose"
+    r"|t|numpy_T|as_strided|select|slice|narrow|unbind|split|chunk|detach|alias|lift_fresh|resolve_conj|resolve_neg"
+    r"|flatten|unflatten|movedim|empty|empty_like|empty_strided|size|stride|dim|is_nonzero|item|_local_scalar_dense"
+    r"|result_type|set_|record_stream)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +93,56 @@ class AnalysisContext:
         return instrumentation_rows(self.model, self.frames, self.runtime_classes)
 
     @functools.cached_property
-    def _idle(self) -> tuple[Gaps, IdlePieces]:
+    def _classified(self) -> tuple[Gaps, IdlePieces]:
         roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
         c = self.compiles  # compiles seen as ops (no Python stacks) are one-time work like a first call
         warmup_ops = np.union1d(first_call_ops(self.model, self.outermost_ops), c.ops[c.ops >= 0])
-        return classify_idle(self.model, self.timeline, roles, warmup_ops, self.graphs)
+        return classify_idle(self.model, self.timeline, roles, OpRoles(warmup_ops, self.host_compute_ops), self.graphs)
+
+    @functools.cached_property
+    def host_during(self) -> HostDuring:
+        """What the launching thread did during each long launch-gap piece (analyzer.views.host_during)."""
+        gaps, idle = self._classified
+        long = np.flatnonzero((idle.cause == CPU_LAUNCH) & (idle.duration_ns >= LONG_NS))
+        return host_during(self.model, gaps, idle, long)
+
+    @functools.cached_property
+    def untraced_one_time(self) -> tuple[np.ndarray, list[tuple[str, str]]]:
+        """Untraced launch-gap pieces that a warmed-up process would not spend again (a JIT compile before a
+        run-time-built kernel's first launch, a scripted function's first call), with why: cause warmup."""
+        gaps, idle = self._classified
+        return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
+                                 first_invocations(self.model, self.outermost_ops))
+
+    @functools.cached_property
+    def _idle(self) -> tuple[Gaps, IdlePieces]:
+        gaps, idle = self._classified
+        moved = self.untraced_one_time[0]
+        if not len(moved):
+            return gaps, idle
+        cause = idle.cause.copy()
+        cause[moved] = WARMUP
+        return gaps, dataclasses.replace(idle, cause=cause)
+
+    @functools.cached_property
+    def host_compute_ops(self) -> np.ndarray:
+        """Outermost ops that made no CUDA call at all (no launch, copy, allocation or sync under them) and ran at
+        least HOST_OP_MIN_NS: math on host tensors, whose time no launch-side fix takes out."""
+        ops, rt = self.model.ops, self.model.runtime
+        linked = rt.op >= 0
+        if not len(ops) or not len(rt) or linked.mean() < 0.5:  # calls not tied to ops: which op made none is unknown
+            return np.zeros(0, np.int64)
+        outer = self.outermost_ops
+        made_call = np.zeros(len(ops), bool)
+        called = outer[rt.op[linked]]
+        made_call[called[called >= 0]] = True
+        own = (outer == np.arange(len(ops))) & ~ops.is_annotation.astype(bool)
+        rows = np.flatnonzero(own & ~made_call & (ops.end_ns - ops.start_ns >= HOST_OP_MIN_NS))
+        # a library op (`ns::name`) that computes: not a view or a metadata query, whose time is the dispatcher's,
+        # nor a scripted function, compiled region or Dynamo's guard check (`delta_r2`, `TorchDynamo Cache Lookup`)
+        names = self.model.names
+        computes = {c: "::" in names[c] and not NO_COMPUTE_OP.match(names[c]) for c in distinct(ops.name[rows]).tolist()}
+        return rows[np.array([computes[c] for c in ops.name[rows].tolist()], bool)] if len(rows) else rows
 
     @property
     def gaps(self) -> Gaps:

@@ -10,8 +10,12 @@ layer wins, time that none covers is `cpu_launch`:
 - sync: a blocking call (stream/device/event synchronize, a synchronous or pageable copy);
 - allocator: cudaMalloc / cudaFree / cuMem* / pinned host allocation (cudaFree also synchronizes);
 - warmup: one-time costs (analyzer.views.onetime) and CUDA-graph capture;
+- input_wait: inside a DataLoader's `__next__`: waiting for worker processes to deliver the next batch, or
+  loading it on this thread (num_workers=0);
 - event_loop_idle: parked in an event loop's selector (asyncio sleeping or waiting for I/O);
 - thread_hop: waiting for another thread to hand it work (a worker pool's queue, a lock, a future);
+- host_compute: an op that made no CUDA call at all and ran at least 50 µs: math on host tensors, not launch
+  overhead (CUDA graphs cannot take it out);
 - cpu_launch: the CPU running Python, the dispatcher and the launch call itself (eager overhead) - or
   thread_hop, when the work came from another thread than the work before the gap.
 - unknown: the next work's launch call is not in the trace, though it was made inside the window (work launched
@@ -20,6 +24,7 @@ layer wins, time that none covers is `cpu_launch`:
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -34,9 +39,13 @@ from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
 CAUSES = ("cpu_launch", "sync", "allocator", "warmup", "queued", "event_loop_idle", "thread_hop", "profiler",
-          "unknown")
-CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN = range(9)
+          "unknown", "input_wait", "host_compute")
+CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN, INPUT_WAIT, \
+    HOST_COMPUTE = range(11)
 PARKED_MIN_NS = 50_000
+# torch's DataLoader: the record_function its iterators open around each batch, and the Python frame
+INPUT_WAIT_OP = re.compile(r"^enumerate\(DataLoader\)#")
+INPUT_WAIT_FRAME = re.compile(r"(?:^|/)torch/utils/data/dataloader\.py\(\d+\): __next__$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +108,13 @@ def collect_gaps(model: TraceModel, timeline: GpuTimeline) -> Gaps:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpRoles:
+    """Op rows that cut idle pieces (the analysis context computes each once)."""
+    warmup: np.ndarray  # first calls that paid for set-up, compiles seen as ops
+    host_compute: np.ndarray  # outermost ops that made no CUDA call and ran long enough to be host math
+
+
+@dataclasses.dataclass(frozen=True)
 class CallRoles:
     """What each runtime row is, as the layers need it (the analysis context computes each once)."""
     classes: np.ndarray  # analyzer.views.apis class codes
@@ -107,7 +123,7 @@ class CallRoles:
     instrumentation: np.ndarray  # bool: the measurement's own call
 
 
-def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, first_call_ops: np.ndarray,
+def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op_roles: OpRoles,
                   graphs: GraphUse) -> tuple[Gaps, IdlePieces]:
     gaps = collect_gaps(model, timeline)
     rt = model.runtime
@@ -132,10 +148,9 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, fi
     fr = model.frames
     # one call, so that equal threads get equal keys across the tables
     ops = model.ops
-    keys = thread_keys([rt.pid, fr.pid, ops.pid[first_call_ops], graphs.capture_pid],
-                       [rt.tid, fr.tid, ops.tid[first_call_ops], graphs.capture_tid])
+    keys = thread_keys([rt.pid, fr.pid, ops.pid, graphs.capture_pid], [rt.tid, fr.tid, ops.tid, graphs.capture_tid])
     gap_key = np.where(carved, keys[0][safe] if len(rt) else -1, -1)
-    layers = _layers(model, roles, first_call_ops, graphs, *keys)
+    layers = _layers(model, roles, op_roles, graphs, *keys)
     return gaps, _carve(a, b, gap_key, remainder, launch, layers)
 
 
@@ -151,7 +166,7 @@ def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.n
     return both & ((rt.pid[p] != rt.pid[q]) | (rt.tid[p] != rt.tid[q]))
 
 
-def _layers(model: TraceModel, roles: CallRoles, first_call_ops: np.ndarray, graphs: GraphUse, rt_key: np.ndarray,
+def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, graphs: GraphUse, rt_key: np.ndarray,
             fr_key: np.ndarray, op_key: np.ndarray, capture_key: np.ndarray) -> list[_Layer]:
     rt, fr, ops = model.runtime, model.frames, model.ops
     classes, one_time, tool = roles.classes, roles.one_time, roles.instrumentation
@@ -166,6 +181,10 @@ def _layers(model: TraceModel, roles: CallRoles, first_call_ops: np.ndarray, gra
     def frame_layer(cause: int, rows: np.ndarray) -> _Layer:
         return _Layer(cause, fr_key[rows], fr.start_ns[rows], fr.end_ns[rows], none(len(rows)), rows, none(len(rows)))
 
+    def op_layer(cause: int, rows: np.ndarray) -> _Layer:
+        rows = np.asarray(rows, np.int64)
+        return _Layer(cause, op_key[rows], ops.start_ns[rows], ops.end_ns[rows], none(len(rows)), none(len(rows)), rows)
+
     memory = (classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)
     blocking = roles.blocking & ~memory
     layers = [
@@ -177,12 +196,25 @@ def _layers(model: TraceModel, roles: CallRoles, first_call_ops: np.ndarray, gra
         _Layer(WARMUP, capture_key, graphs.capture_starts_ns, graphs.capture_ends_ns, none(graphs.captures),
                none(graphs.captures), none(graphs.captures)),
         frame_layer(WARMUP, waits.matching_frames(model, FIRST_TIME_FRAME)),
-        _Layer(WARMUP, op_key, ops.start_ns[first_call_ops], ops.end_ns[first_call_ops], none(len(first_call_ops)),
-               none(len(first_call_ops)), first_call_ops),
+        op_layer(WARMUP, op_roles.warmup),
+        op_layer(INPUT_WAIT, input_wait_ops(model)),
+        frame_layer(INPUT_WAIT, waits.matching_frames(model, INPUT_WAIT_FRAME)),
         frame_layer(EVENT_LOOP_IDLE, _parked(model, waits.EVENT_LOOP_WAIT)),
         frame_layer(THREAD_HOP, _parked(model, waits.HANDOFF_WAIT)),
+        op_layer(HOST_COMPUTE, op_roles.host_compute),
     ]
     return [layer for layer in layers if len(layer.start)]
+
+
+def input_wait_ops(model: TraceModel) -> np.ndarray:
+    """Rows of the DataLoader iterators' own annotations (`enumerate(DataLoader)#..._DataLoaderIter.__next__`)."""
+    ops = model.ops
+    if not len(ops):
+        return np.zeros(0, np.int64)
+    table = np.zeros(len(model.names), bool)
+    for c in waits.present_codes(ops.name, len(model.names)).tolist():
+        table[c] = bool(INPUT_WAIT_OP.match(model.names[c]))
+    return np.flatnonzero(table[ops.name])
 
 
 def _parked(model: TraceModel, pattern) -> np.ndarray:

@@ -34,6 +34,9 @@ BOUNDS = ("stream", "launch", "waits", "fixed")  # names of the `bound` codes
 # A gap at most this much above the stream's typical back-to-back gap still counts as back to back (a graph's
 # kernels leave up to ~5 µs between them on an H200), and a latency this much above the typical one is a wait.
 SLACK_NS = 10_000
+# A launch call this long did more than launch (lazy module loading, a JIT compile at the first launch): time taken
+# out inside it moves its activity too.
+LONG_LAUNCH_NS = 1_000_000
 SYNCING_FREES = frozenset({"cudaFree", "hipFree", "cuMemFree"})  # they synchronize the device before freeing
 
 
@@ -59,6 +62,8 @@ class ReplayModel:
     stream: np.ndarray  # stream code (index into stream_device / stream_id)
     thread: np.ndarray  # the launching thread's code; -1: launched before the window began
     launch_ns: np.ndarray  # the launch call's start; NEVER where there is none
+    cut_at_ns: np.ndarray  # where CPU time taken out stops moving the activity: the launch call's start, or, for a
+    # launch call that itself ran long (a module loaded, a kernel compiled at its first launch), its end
     ready_ns: np.ndarray  # launch + L: the earliest start its launch allows (its own start where FIXED)
     duration_ns: np.ndarray
     gap_ns: np.ndarray  # q: the least time after the previous activity on the stream ends
@@ -184,7 +189,7 @@ class ReplayModel:
         for code, cut in enumerate(cuts):
             if len(cut[0]):
                 mine = self.thread == code
-                ready[mine] -= _removed_before(cut, self.launch_ns[mine])
+                ready[mine] -= _removed_before(cut, self.cut_at_ns[mine])
         sync_start_orig = self.sync_start_ns[active]
         # the removed time before each blocking call's start and end, on its thread (one search per thread)
         before_start = np.zeros(len(active), np.int64)
@@ -365,6 +370,9 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
                                            np.where(latency - typical_latency > SLACK_NS, WAITS, LAUNCH_BOUND)))
     ready = np.where(has, launch_ns + np.where(stream_bound, np.minimum(typical_latency, latency), latency), start)
     gap_used = np.where(first, 0, np.where(stream_bound | ~has, gap, np.minimum(q0, gap)))
+    launch_end = np.where(has, rt.end_ns[safe], NEVER) if len(rt) else np.full(len(rows), NEVER)
+    long_call = has & (launch_end - launch_ns >= LONG_LAUNCH_NS)
+    cut_at = np.where(long_call, np.minimum(ready, launch_end), launch_ns)
 
     # blocking calls, and the GPU work each one waits on
     frees = [c for c, n in enumerate(model.names) if n in SYNCING_FREES]
@@ -377,7 +385,7 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
     wait = np.clip(done - s, 0, e - s)
     return ReplayModel(
         limits=tuple(limits), tids=tids, runtime_rows=runtime_rows, rows=rows, stream=stream, thread=thread,
-        launch_ns=launch_ns, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used, bound=bound.astype(np.int8),
+        launch_ns=launch_ns, cut_at_ns=cut_at, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used, bound=bound.astype(np.int8),
         step=steps.index_at(launch_ns) if len(steps) else np.full(len(rows), -1), stream_device=stream_device,
         stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=rt_thread[sync_rows],
         sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=e - s - wait,

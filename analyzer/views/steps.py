@@ -9,6 +9,48 @@ import numpy as np
 from analyzer.trace import TraceModel
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# Serving engines' step annotations, with the batch they ran (analyzer.trace.build.STEP_NAME reads them as steps):
+# vLLM V1 `execute_context_<n>(<tokens>...)_generation_<n>(<tokens>...)` (context: requests still in prefill, their
+# scheduled tokens; generation: decoding requests), optionally `execute_<tokens>_context_...` with `sq<n>sk<n>...`
+# inside the brackets; SGLang `step[EXTEND bs=<n> toks=<n>]`, `step[DECODE bs=<n>]`, `step[MIXED ...]`; ATOM
+# `prefill[bs=<n> tok=<n> ...]`, `decode[bs=<n> tok=<n> ...]`.
+_VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
+_VLLM_OLD_STEP = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
+_BRACKET_STEP = re.compile(r"^(?:step\[([A-Z_]+)|(prefill|decode)\[)([^\]]*)\]$")
+_FIELD = re.compile(r"(\w+)=(\d+)")
+
+
+def engine_batch(name: str) -> dict | None:
+    """The batch a serving engine's step annotation names: engine, phase (prefill / decode / mixed) and the
+    prefill and decode requests and tokens it states (None where it does not say)."""
+    m = _VLLM_STEP.match(name)
+    if m:
+        ctx_n, ctx_tok, gen_n, gen_tok = (int(x) for x in m.groups())
+        return _batch("vllm", ctx_n, ctx_tok, gen_n, gen_tok)
+    m = _VLLM_OLD_STEP.match(name)
+    if m:
+        return {"engine": "vllm", "phase": None, "new_requests": int(m.group(1)), "cached_requests": int(m.group(2))}
+    m = _BRACKET_STEP.match(name)
+    if not m:
+        return None
+    mode = (m.group(1) or m.group(2)).lower()
+    fields = {k: int(v) for k, v in _FIELD.findall(m.group(3))}
+    bs, toks = fields.get("bs"), fields.get("toks", fields.get("tok"))
+    engine = "sglang" if m.group(1) else "atom"
+    if mode in ("extend", "prefill"):
+        return _batch(engine, bs, fields.get("c_sq", toks), 0, 0)
+    if mode == "decode":
+        return _batch(engine, 0, 0, bs, fields.get("g_sq", toks if toks is not None else bs))
+    if mode == "mixed":
+        return _batch(engine, fields.get("c"), fields.get("c_sq"), fields.get("g"), fields.get("g_sq"))
+    return {"engine": engine, "phase": mode, "requests": bs}
+
+
+def _batch(engine: str, prefill_requests, prefill_tokens, decode_requests, decode_tokens) -> dict:
+    phases = [p for p, n in (("prefill", prefill_requests), ("decode", decode_requests)) if n]
+    return {"engine": engine, "phase": "mixed" if len(phases) == 2 else phases[0] if phases else None,
+            "prefill_requests": prefill_requests, "prefill_tokens": prefill_tokens,
+            "decode_requests": decode_requests, "decode_tokens": decode_tokens}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +84,6 @@ def step_ranges(model: TraceModel) -> StepRanges:
     profiler = np.array([bool(_PROFILER_STEP.match(n)) for n in labels], dtype=bool)
     own = ~profiler
     use = own if own.any() else profiler
-    source = "annotations" if own.any() else "ProfilerStep"
     rows = np.flatnonzero(use)
     rows = rows[np.argsort(steps.start_ns[rows], kind="stable")]
     # drop steps nested in an earlier one (e.g. a word#N annotation inside another)
@@ -52,6 +93,9 @@ def step_ranges(model: TraceModel) -> StepRanges:
             keep.append(r)
             last_end = int(steps.end_ns[r])
     rows = np.asarray(keep, np.int64)
+    engines = {b["engine"] for b in (engine_batch(labels[r]) for r in keep) if b}
+    source = (f"{'/'.join(sorted(engines))} engine step annotations" if engines else "annotations") if own.any() \
+        else "ProfilerStep"
     cpu_s, cpu_e = steps.start_ns[rows], steps.end_ns[rows]
     lo = cpu_s.copy()
     hi = np.append(cpu_s[1:], cpu_e[-1:]).astype(np.int64)

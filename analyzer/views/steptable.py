@@ -13,6 +13,7 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.units import us
 from analyzer.views.idle import CAUSES
+from analyzer.views.steps import engine_batch
 from analyzer.views.timeline import activity_mask
 
 
@@ -83,5 +84,6 @@ def step_table(ctx) -> list[dict]:
             "idle_by_cause_us": {c: us(idle_by_cause[k, i]) for i, c in enumerate(CAUSES)},
             "gpu_utilization": round(int(busy[k]) / accounted, 4) if accounted else None,
             "launches": int(launches[k]),
+            **({"batch": batch} if (batch := engine_batch(name)) else {}),
         })
     return out

@@ -30,7 +30,7 @@ RECENT_LAUNCHES = 16  # the queue's recent delay: over the last linked launches
 
 # finding kinds whose idle is CPU time (inflated by the profiler's dilation of the CPU)
 CPU_SIDE = frozenset({"launch_gap", "host_work", "warmup", "recompile", "graph_break", "event_loop_idle",
-                      "thread_hop", "allocator_churn"})
+                      "thread_hop", "allocator_churn", "input_wait", "host_compute"})
 # finding kinds that rest on the GPU timeline being complete (idle between GPU work the trace holds)
 TIMELINE = CPU_SIDE | {"sync", "queued"}
 
@@ -51,9 +51,42 @@ class Check:
 def validity_checks(ctx, dilation: dict | None) -> list[Check]:
     model = ctx.model
     if not len(model.gpu):
-        return []
-    return [_launches_without_work(ctx), _work_without_launch(model), _clock_agreement(model),
+        launches = int((ctx.runtime_classes == apis.IS_LAUNCH).sum())
+        return [_gpu_side_missing(ctx, launches)] if launches else []
+    return [_launches_without_work(ctx), _work_without_launch(model), _host_side(model), _clock_agreement(model),
             _profiler_overhead(ctx, dilation), _window_edges(ctx), _stream_overlap(model), _processes(model)]
+
+
+def _gpu_side_missing(ctx, launches: int) -> Check:
+    """Launch calls recorded and not one GPU activity: the GPU side was not recorded (CUDA activity off, or CUPTI
+    unable to record it), not a run that kept the GPU idle."""
+    model = ctx.model
+    rows = np.flatnonzero(ctx.runtime_classes == apis.IS_LAUNCH)
+    by_api = Counter(model.names[c] for c in model.runtime.name[rows].tolist())
+    what = ", ".join(plural(n, api + " call") for api, n in by_api.most_common())
+    return Check("gpu_activity_recorded", "fail", {"launches": launches, "gpu_activities": 0, "by_api": dict(by_api)},
+                 f"{what} recorded and no GPU activity (kernels, copies, memsets): the GPU side of this run was not "
+                 f"recorded, so when the GPU was idle is unknown and no idle finding can be stated. Record it with "
+                 f"activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]; if that was set, CUPTI could not record "
+                 f"activity: another profiler (Nsight Systems / Compute, DCGM profiling) holding it, or a driver that "
+                 f"restricts GPU counters to admin users (NVreg_RestrictProfilingToAdminUsers=0, or run as root)",
+                 TIMELINE)
+
+
+def _host_side(model) -> Check:
+    """GPU work without any CPU op or Python frame: each gap can be tied to the launch call that ended it and nothing
+    more (which code ran, what the host waited for)."""
+    ops, frames = len(model.ops), len(model.frames)
+    measured = {"cpu_ops": ops, "python_frames": frames, "runtime_calls": len(model.runtime)}
+    if ops or frames:
+        return Check("host_side_recorded", "ok", measured,
+                     f"the host side is recorded ({plural(ops, 'CPU op')}, {plural(frames, 'Python frame')})",
+                     CPU_SIDE)
+    return Check("host_side_recorded", "warn", measured,
+                 "no CPU ops or Python frames are recorded (ProfilerActivity.CPU off): a gap can be tied only to the "
+                 "launch call that ended it, not to the code that ran or waited during it; record with "
+                 "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] (and with_stack=True for the lines)",
+                 CPU_SIDE)
 
 
 def _call_site(ctx, row: int) -> str | None:
@@ -257,7 +290,8 @@ def confidence(kind: str, checks: list[Check]) -> tuple[str, list[str]]:
     return CONFIDENCE[level], why
 
 
-SHORT = {"launches_without_gpu_work": "GPU work missing from the trace", "clock_agreement": "CPU/GPU clocks disagree",
+SHORT = {"launches_without_gpu_work": "GPU work missing from the trace",
+         "gpu_activity_recorded": "the GPU side was not recorded", "host_side_recorded": "no CPU ops recorded", "clock_agreement": "CPU/GPU clocks disagree",
          "profiler_overhead": "CPU dilated by the profiler", "gpu_work_without_launch": "GPU work without its launch"}
 
 

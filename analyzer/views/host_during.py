@@ -1,0 +1,141 @@
+"""What the launching thread was doing during each long idle piece, read from what the trace recorded on it: the
+innermost Python frame, op and runtime call that span the whole piece (its context), and how much of the piece
+recorded events that ended inside it cover (its traced share). A piece with a low traced share is untraced host
+time: the interpreter's own bytecode, a JIT compiler, the GIL, the OS; the trace cannot say which.
+
+It also finds untraced time that a warmed-up process would not spend again, by what follows it:
+- the first launch in the window of a kernel launched through the driver API (cuLaunchKernel, hipModuleLaunchKernel:
+  a module built at run time, as Triton, Inductor and TorchScript's fusers build theirs): the compile before it;
+- the first call on the thread of a scripted or compiled function (an op outside every `namespace::`, e.g. a
+  TorchScript function or a torch.compile region): what its first calls do (profiling runs, optimization, compile).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from analyzer.trace import TraceModel
+from analyzer.trace.joins import Intervals, thread_keys
+
+LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
+TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
+DRIVER_LAUNCH = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel"})
+
+
+@dataclasses.dataclass(frozen=True)
+class HostDuring:
+    pieces: np.ndarray  # the idle pieces described (index into IdlePieces)
+    frame: np.ndarray  # innermost Python frame spanning the whole piece on the launching thread, -1 none
+    op: np.ndarray  # innermost op (annotations included) spanning it, -1 none
+    call: np.ndarray  # runtime call spanning it, -1 none
+    traced_share: np.ndarray  # share of the piece covered by events that start or end inside it
+
+    def of(self, piece: int) -> int:
+        """Position of an idle piece in these arrays, -1 if it is not described."""
+        i = int(np.searchsorted(self.pieces, piece))
+        return i if i < len(self.pieces) and self.pieces[i] == piece else -1
+
+
+def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring:
+    pieces = np.sort(np.asarray(pieces, np.int64))
+    rt = model.runtime
+    launch = gaps.launch[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
+    known = launch >= 0
+    pieces, launch = pieces[known], launch[known]
+    lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
+    if not len(pieces) or not len(rt):
+        empty = np.zeros(0, np.int64)
+        return HostDuring(empty, empty, empty, empty, np.zeros(0))
+    pid, tid = rt.pid[launch], rt.tid[launch]
+    tables = (model.frames, model.ops, rt)
+    spanning = [_spanning(table, pid, tid, lo, hi) for table in tables]
+    covered = _covered_inside(tables, pid, tid, lo, hi)
+    return HostDuring(pieces, spanning[0], spanning[1], spanning[2], covered / np.maximum(hi - lo, 1))
+
+
+def _spanning(table, pid, tid, lo, hi) -> np.ndarray:
+    if not len(table):
+        return np.full(len(lo), -1, np.int64)
+    keys, query = thread_keys([table.pid, pid], [table.tid, tid])
+    return Intervals(keys, table.start_ns, table.end_ns, sorted_by_start=True).innermost_enclosing(query, lo, hi)
+
+
+def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
+    """Per piece: the ns of [lo, hi) covered by recorded events (of any table) on its thread that ended inside it:
+    work the thread finished there. An event still running at the piece's end is where the launch came from, and
+    one spanning the whole piece is its context; neither says what the thread did in the piece."""
+    starts = np.concatenate([t.start_ns for t in tables])
+    ends = np.concatenate([t.end_ns for t in tables])
+    ev_key, q_key = thread_keys([np.concatenate([t.pid for t in tables]), pid],
+                                [np.concatenate([t.tid for t in tables]), tid])
+    by_end = np.lexsort((ends, ev_key))
+    ke, e_sorted = ev_key[by_end], ends[by_end]
+    out = np.zeros(len(lo), np.int64)
+    for i in range(len(lo)):
+        k, a, b = q_key[i], lo[i], hi[i]
+        j0, j1 = np.searchsorted(ke, k, "left"), np.searchsorted(ke, k, "right")
+        rows = by_end[j0 + np.searchsorted(e_sorted[j0:j1], a, "right"):j0 + np.searchsorted(e_sorted[j0:j1], b, "left")]
+        if not len(rows):
+            continue
+        seg_s, seg_e = np.maximum(starts[rows], a), ends[rows]
+        order = np.argsort(seg_s, kind="stable")
+        seg_s, seg_e = seg_s[order], seg_e[order]
+        reach = np.maximum.accumulate(seg_e)
+        first = np.flatnonzero(np.r_[True, seg_s[1:] > reach[:-1]])
+        last = np.r_[first[1:], len(seg_s)] - 1
+        out[i] = int((reach[last] - seg_s[first]).sum())
+    return out
+
+
+def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermost_ops: np.ndarray,
+                      first_invocations: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """The described pieces of untraced host time that a warmed-up process would not spend again, and per piece its
+    (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op)."""
+    rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
+    untraced = np.flatnonzero(during.traced_share < TRACED_SHARE)
+    out, why = [], []
+    if not len(untraced):
+        return np.zeros(0, np.int64), why
+    first_kernel = _first_of_name(gpu)
+    driver = np.array([n in DRIVER_LAUNCH for n in names], bool)
+    for i in untraced.tolist():
+        piece = int(during.pieces[i])
+        g = int(idle.gap[piece])
+        nxt, launch = int(gaps.next_gpu[g]), int(gaps.launch[g])
+        if idle.end_ns[piece] != gaps.end_ns[g]:  # only the untraced time that runs up to the launch
+            continue
+        if first_kernel[nxt] and driver[rt.name[launch]]:
+            kernel = names[gpu.name[nxt]]
+            out.append(piece)
+            why.append(("JIT compilation", f"before the first launch of {kernel.split('(')[0][:60]}"))
+            continue
+        op = int(rt.op[launch])
+        outer = int(outermost_ops[op]) if op >= 0 else -1
+        if outer >= 0 and outer in first_invocations and "::" not in names[ops.name[outer]]:
+            out.append(piece)
+            why.append(("first call", names[ops.name[outer]]))
+    return np.asarray(out, np.int64), why
+
+
+def _first_of_name(gpu) -> np.ndarray:
+    """Per GPU row: the first activity of its name in the window."""
+    first = np.zeros(len(gpu), bool)
+    if len(gpu):
+        order = np.lexsort((gpu.start_ns, gpu.name))
+        new = np.r_[True, gpu.name[order][1:] != gpu.name[order][:-1]]
+        first[order[new]] = True
+    return first
+
+
+def first_invocations(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
+    """Rows of outermost ops that are the first of their name on their thread (sorted)."""
+    ops = model.ops
+    if not len(ops):
+        return np.zeros(0, np.int64)
+    rows = np.flatnonzero(outermost_ops == np.arange(len(ops)))
+    (key,) = thread_keys([ops.pid[rows]], [ops.tid[rows]])
+    order = np.lexsort((ops.start_ns[rows], ops.name[rows], key))
+    k, n = key[order], ops.name[rows][order]
+    new = np.r_[True, (k[1:] != k[:-1]) | (n[1:] != n[:-1])]
+    return np.sort(rows[order[new]])
