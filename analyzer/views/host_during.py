@@ -4,14 +4,16 @@ recorded events that ended inside it cover (its traced share). A piece with a lo
 time: the interpreter's own bytecode, a JIT compiler, the GIL, the OS; the trace cannot say which.
 
 It also finds untraced time that a warmed-up process would not spend again, by what follows it:
-- the first launch in the window of a kernel launched through the driver API (cuLaunchKernel, hipModuleLaunchKernel:
-  a module built at run time, as Triton, Inductor and TorchScript's fusers build theirs): the compile before it;
+- the first launch in the window of a kernel built at run time (Triton / Inductor, TorchScript's fusers: named so by
+  their builders, launched through the driver API, cuLaunchKernel / hipModuleLaunchKernel): the compile before it;
 - the first call on the thread of a scripted or compiled function (an op outside every `namespace::`, e.g. a
   TorchScript function or a torch.compile region): what its first calls do (profiling runs, optimization, compile).
+Neither where a later run of the same kernel waited about as long: that wait recurs, whatever it is.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -20,6 +22,9 @@ from analyzer.trace.joins import Intervals, thread_keys
 
 LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
 TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
+RECURRING = 10
+# kernels built at run time, by their builders' names: Triton / Inductor, TorchScript's NNC (`fused_*`), nvFuser
+BUILT_KERNEL = re.compile(r"^(?:triton_|triton__|fused_|nvfuser_|kernel\d+$|CudaCodeGen)")
 DRIVER_LAUNCH = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel"})
 
 
@@ -99,13 +104,20 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
         return np.zeros(0, np.int64), why
     first_kernel = _first_of_name(gpu)
     driver = np.array([n in DRIVER_LAUNCH for n in names], bool)
+    built = np.array([bool(BUILT_KERNEL.match(n)) for n in names], bool)
+    wait_before = np.zeros(len(gpu), np.int64)  # the longest idle gap that each GPU row ended
+    np.maximum.at(wait_before, gaps.next_gpu, gaps.end_ns - gaps.start_ns)
     for i in untraced.tolist():
         piece = int(during.pieces[i])
         g = int(idle.gap[piece])
         nxt, launch = int(gaps.next_gpu[g]), int(gaps.launch[g])
         if idle.end_ns[piece] != gaps.end_ns[g]:  # only the untraced time that runs up to the launch
             continue
-        if first_kernel[nxt] and driver[rt.name[launch]]:
+        # where a later run of the same kernel waited as long (a tenth or more), the wait recurs: not one-time
+        later = np.flatnonzero((gpu.name == gpu.name[nxt]) & (gpu.start_ns > gpu.start_ns[nxt]))
+        if len(later) and wait_before[later].max() * RECURRING >= idle.end_ns[piece] - idle.start_ns[piece]:
+            continue
+        if first_kernel[nxt] and driver[rt.name[launch]] and built[gpu.name[nxt]]:
             kernel = names[gpu.name[nxt]]
             out.append(piece)
             why.append(("JIT compilation", f"before the first launch of {kernel.split('(')[0][:60]}"))
@@ -134,6 +146,8 @@ def first_invocations(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarra
     if not len(ops):
         return np.zeros(0, np.int64)
     rows = np.flatnonzero(outermost_ops == np.arange(len(ops)))
+    if not len(rows):
+        return rows
     (key,) = thread_keys([ops.pid[rows]], [ops.tid[rows]])
     order = np.lexsort((ops.start_ns[rows], ops.name[rows], key))
     k, n = key[order], ops.name[rows][order]

@@ -371,7 +371,8 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
     ready = np.where(has, launch_ns + np.where(stream_bound, np.minimum(typical_latency, latency), latency), start)
     gap_used = np.where(first, 0, np.where(stream_bound | ~has, gap, np.minimum(q0, gap)))
     launch_end = np.where(has, rt.end_ns[safe], NEVER) if len(rt) else np.full(len(rows), NEVER)
-    long_call = has & (launch_end - launch_ns >= LONG_LAUNCH_NS)
+    # only where the activity waited for that call (a launch blocked by a full queue is held by the stream instead)
+    long_call = has & (launch_end - launch_ns >= LONG_LAUNCH_NS) & (bound == LAUNCH_BOUND)
     cut_at = np.where(long_call, np.minimum(ready, launch_end), launch_ns)
 
     # blocking calls, and the GPU work each one waits on

@@ -15,7 +15,10 @@ from analyzer.trace import GpuKind, TraceError, TraceModel, load_trace
 
 EXTERNAL = Path(__file__).resolve().parents[3] / "shared/traces/external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
-STEP = re.compile(r"^(\w+)#(\d+)$|^prefill$")
+# ProfilerStep#N, the capture's own steps, and serving engines' step annotations: vLLM's
+# execute_[<tokens>_]context_<n>(...)_generation_<n>(...), SGLang's step[<MODE> ...]
+STEP = re.compile(r"^(\w+)#(\d+)$|^prefill$|^execute_(\d+_)?context_\d+\(.+\)_generation_\d+\(.+\)$"
+                  r"|^step\[[A-Z]+[^\]]*\]$")
 TABLES = ("ops", "frames", "runtime", "gpu", "gpu_annotations", "memory", "overhead", "steps")
 
 

@@ -29,6 +29,10 @@ REFUSED = {
     "external/mi300-resnet-training-checkpoint.json.gz": "several threads launch into stream 0",
     "external/v100-ddp-training-with-memory.json.gz": "several threads launch into stream 7",
     "external/v100-resnet-ddp-ns-resolution.json.gz": "several threads launch into stream 7",
+    "external/a100-particle-transformer-cpu-device-forward-no-kernels.json.gz": "no GPU activity",
+    "external/rtx3080-toy-mlp-dataloader-no-workers.json.gz": "several threads launch into stream 7",
+    "external/rtx3080-toy-mlp-dataloader-8-workers.json.gz": "several threads launch into stream 7",
+    "external/rtx3080-toy-mlp-dataloader-8-workers-large-batch.json.gz": "several threads launch into stream 7",
     "external/v100-resnet50-torch18-categories.json.gz": "several threads launch into stream 7",
 }
 
