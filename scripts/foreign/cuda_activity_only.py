@@ -1,0 +1,49 @@
+"""Eager MLP inference profiled with the CUDA activity alone (no CPU ops).
+
+    python3 cuda_activity_only.py trace.json.gz
+"""
+import gzip
+import os
+import shutil
+import sys
+
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def export_gz(out_path):
+    def handler(prof):
+        raw = out_path[:-3] if out_path.endswith(".gz") else out_path + ".raw.json"
+        prof.export_chrome_trace(raw)
+        with open(raw, "rb") as src, gzip.open(out_path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(raw)
+        print("wrote", out_path, os.path.getsize(out_path), "bytes")
+    return handler
+
+
+def main():
+    out_path = sys.argv[1]
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(),
+        nn.LayerNorm(2048), nn.Linear(2048, 512),
+    ).cuda().eval()
+    x = torch.randn(64, 512, device="cuda")
+    with torch.inference_mode():
+        for _ in range(10):  # warm-up
+            x = torch.tanh(model(x))
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA],
+                     schedule=schedule(wait=1, warmup=1, active=5, repeat=1),
+                     on_trace_ready=export_gz(out_path)) as prof:
+            for _ in range(7):
+                x = torch.tanh(model(x))
+                prof.step()
+        torch.cuda.synchronize()
+    print("out", tuple(x.shape))
+
+
+if __name__ == "__main__":
+    main()
