@@ -37,6 +37,7 @@ SLACK_NS = 10_000
 # A launch call this long did more than launch (lazy module loading, a JIT compile at the first launch): time taken
 # out inside it moves its activity too.
 LONG_LAUNCH_NS = 1_000_000
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 SYNCING_FREES = frozenset({"cudaFree", "hipFree", "cuMemFree"})  # they synchronize the device before freeing
 
 
@@ -371,8 +372,11 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
     ready = np.where(has, launch_ns + np.where(stream_bound, np.minimum(typical_latency, latency), latency), start)
     gap_used = np.where(first, 0, np.where(stream_bound | ~has, gap, np.minimum(q0, gap)))
     launch_end = np.where(has, rt.end_ns[safe], NEVER) if len(rt) else np.full(len(rows), NEVER)
-    # only where the activity waited for that call (a launch blocked by a full queue is held by the stream instead)
-    long_call = has & (launch_end - launch_ns >= LONG_LAUNCH_NS) & (bound == LAUNCH_BOUND)
+    # only a kernel launch whose activity waited for it (one blocked by a full queue is held by the stream instead;
+    # a graph launch's time is its upload and queueing, not a module load)
+    graph_launch = np.isin(rt.name[safe], [c for c, n in enumerate(model.names) if n in GRAPH_LAUNCHES]) \
+        if len(rt) else np.zeros(len(rows), bool)
+    long_call = has & ~graph_launch & (launch_end - launch_ns >= LONG_LAUNCH_NS) & (bound != STREAM_BOUND)
     cut_at = np.where(long_call, np.minimum(ready, launch_end), launch_ns)
 
     # blocking calls, and the GPU work each one waits on
