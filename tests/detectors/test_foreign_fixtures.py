@@ -1,0 +1,73 @@
+"""The foreign-trace classes captured on a GPU from user-style scripts (tests/fixtures/h200_foreign, made by
+scripts/make_foreign_fixtures.sh; counts in tests/fixtures/README.md): each is read for what it is."""
+from pathlib import Path
+
+import pytest
+
+from conftest import report_of
+from rawtrace import raw_events
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200_foreign"
+
+
+def report(name: str) -> dict:
+    return report_of(FIXTURES / name / "trace.json.gz")
+
+
+def by_idle(r: dict) -> list[dict]:
+    return sorted((f for f in r["findings"] if not f.get("parent")), key=lambda f: -f["impact_us"])
+
+
+def test_a_dataloader_bound_loop_leads_with_the_input_wait():
+    """The main thread spends 96-98% of each step in the DataLoader's __next__ (two worker processes, a slow
+    __getitem__): the input wait is the largest idle, with the workers' advice, and no CUDA-graph advice on it."""
+    r = report("dataloader_bound")
+    top = by_idle(r)[0]
+    assert top["kind"] == "input_wait" and top["detail"]["loader"] == "worker processes"
+    assert top["impact_us"] > 0.9 * r["summary"]["gpu_idle_us"]
+    assert "num_workers" in top["advice"] and "graph" not in top["advice"]
+
+
+def test_host_attention_math_is_host_compute_not_launch_overhead():
+    """The KV cache lives on the host: aten::cat and aten::matmul on CPU tensors make no CUDA call. They are
+    host_compute findings at the script's own functions, advised to move the cache to the GPU."""
+    r = report("host_math_step")
+    ops = {f["detail"]["op"]: f for f in r["findings"] if f["kind"] == "host_compute"}
+    assert {"aten::cat", "aten::matmul"} <= set(ops)
+    assert "append()" in ops["aten::cat"]["call_site"] and "attend()" in ops["aten::matmul"]["call_site"]
+    assert all("GPU" in f["advice"] and "CUDA graph" in f["advice"] for f in ops.values())  # "cannot take this out"
+    assert r["gaps"]["by_cause"]["host_compute"] == pytest.approx(sum(f["impact_us"] for f in ops.values()), abs=0.01)
+
+
+def test_launches_without_gpu_activity_fail_the_trace_check_and_state_nothing():
+    path = FIXTURES / "launches_without_gpu_activity" / "trace.json.gz"
+    launches = sum(e.get("name") in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel")
+                   for e in raw_events(path))
+    r = report("launches_without_gpu_activity")
+    assert r["findings"] == [] and r["validity"]["failed"] == ["gpu_activity_recorded"]
+    check = r["validity"]["checks"][0]
+    assert check["measured"]["launches"] == launches > 0 and "ProfilerActivity.CUDA" in check["meaning"]
+    assert "not recorded" in r["summary"]["note"]
+
+
+def test_cuda_activity_only_warns_that_the_host_side_is_missing():
+    r = report("cuda_activity_only")
+    assert r["trace"]["events"]["ops"] == 0 and "host_side_recorded" in r["validity"]["warned"]
+    launch = next(f for f in r["findings"] if f["kind"] == "launch_gap")
+    assert launch["confidence"] == "medium" and "host_side_recorded" in launch["confidence_checks"]
+
+
+def test_a_compile_in_the_window_is_one_time():
+    """torch.compile's first call inside the window (no stacks; the first Triton kernel runs 2.17 s in): the
+    one-time finding owns the compile, and is the largest idle."""
+    r = report("compile_in_window")
+    top = by_idle(r)[0]
+    assert top["kind"] == "warmup" and "JIT compilation" in top["title"]
+    assert top["impact_us"] > 0.9 * r["summary"]["gpu_idle_us"]
+
+
+def test_a_cold_first_forward_is_mostly_one_time_idle():
+    """A fresh process's first forward (lazy module loading, cuDNN autotuning): the one-time finding explains the
+    largest share of the idle."""
+    r = report("cold_first_forward")
+    assert by_idle(r)[0]["kind"] == "warmup"
