@@ -346,7 +346,7 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
     traits = ctx.traits
     if traits.graphs.replayed or traits.graphs.captured or traits.training or not ctx.timeline.devices:
         return None
-    steps = [s for s in per_step if s["gpu_span_us"] is not None]
+    steps = [s for s, cold in zip(per_step, ctx.cold_steps) if s["gpu_span_us"] is not None and not cold]
     repeated = [s for s in steps if not s["step"].startswith(("prefill", "ProfilerStep#"))] or steps
     if not repeated:
         return None

@@ -2,6 +2,7 @@
 at a first launch, first-call set-up, the allocator's cache filling up, CUDA-graph capture."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -27,8 +28,11 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
         if i in untraced:
             what, api = untraced[i]
-            text = (f"untraced host time {api} (a JIT compile)" if what == "JIT compilation" else
-                    f"untraced host time before the first {api} call (a scripted or compiled function's first call)")
+            text = {"JIT compilation": f"untraced host time {api} (a JIT compile)",
+                    "first run": f"untraced host time {api}",
+                    "cold step": f"untraced host time {api}",
+                    "first call": f"untraced host time before the first {api} call (a scripted or compiled "
+                                  f"function's first call)"}[what]
             what = f"untraced {what}"
         elif r >= 0:
             what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
@@ -85,4 +89,8 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         call_site=None, impact_us=impact, count=int(len(distinct(idle.gap[sel]))), advice=advice, id="warmup",
         detail={"breakdown": data["breakdown"]},
         occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()),
-        fix=pieces_fix(ctx, sel, "the one-time costs paid before the window (a warmed-up run)"))]
+        fix=_once(pieces_fix(ctx, sel, "the one-time costs paid before the window (a warmed-up run)")))]
+
+
+def _once(fix):
+    return dataclasses.replace(fix, one_time=True) if fix is not None else None

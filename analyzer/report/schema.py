@@ -71,6 +71,8 @@ class Saving(msgspec.Struct):
     saving_share: float | None = None
     fix: str | None = None
     kept_cost_ms: float | None = None
+    once_ms: float | None = None  # a one-time cost: what a warmed-up run saves over the whole window
+    window_ms: float | None = None  # that window's replayed span
 
 
 class Finding(msgspec.Struct):

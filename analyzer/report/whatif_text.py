@@ -34,7 +34,8 @@ def saving_cell(finding: dict) -> str:
     if w.get("saving_ms") is None:
         return "–"
     share = w.get("saving_share")
-    return ms(w["saving_ms"]) + (f" ({share:.0%})" if share is not None else "")
+    cell = ms(w["saving_ms"]) + (f" ({share:.0%})" if share is not None else "")
+    return cell + (f"; {ms(w['once_ms'])} once" if w.get("once_ms") else "")
 
 
 def what_if_line(finding: dict, section: dict | None) -> str:
@@ -49,6 +50,9 @@ def what_if_line(finding: dict, section: dict | None) -> str:
     line = (f"What fixing it buys: with {w['fix']}, the{world} {'step' if w.get('measure') == 'step' else 'window'} "
             f"goes from {ms(w['step_ms'])} to {ms(w['fixed_step_ms'])} "
             f"(saves {ms(w['saving_ms'])} {unit}).")
+    if w.get("once_ms"):
+        line += (f" Paid once: over the whole window ({ms(w['window_ms'])}) a warmed-up run saves "
+                 f"{ms(w['once_ms'])}.")
     if (w.get("kept_cost_ms") or 0) > (w.get("saving_ms") or 0):
         line += (f" The blocking calls spent {ms(w['kept_cost_ms'])} after the GPU work they waited for was done "
                  f"(their own cost, or a wait on something the trace does not show): that time stays.")

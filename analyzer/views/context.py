@@ -19,7 +19,8 @@ from analyzer.views.frames import FrameIndex
 from analyzer.views.graph_breaks import GraphBreaks, graph_breaks
 from analyzer.views.graphs import GraphUse, graph_use
 from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle
-from analyzer.views.host_during import LONG_NS, HostDuring, first_invocations, host_during, one_time_untraced
+from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_invocations, host_during, \
+    one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.queued import QueuedWaits, queued_waits
@@ -113,7 +114,7 @@ class AnalysisContext:
         run-time-built kernel's first launch, a scripted function's first call), with why: cause warmup."""
         gaps, idle = self._classified
         return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
-                                 first_invocations(self.model, self.outermost_ops))
+                                 first_invocations(self.model, self.outermost_ops), self.steps, self.recompile_spans)
 
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:
@@ -179,6 +180,19 @@ class AnalysisContext:
         return step_table(self)
 
     @functools.cached_property
+    def cold_steps(self) -> np.ndarray:
+        """Per step: a cold one, at least half of whose CPU span the GPU sat idle on one-time costs (a process's first
+        iteration: module loading, library set-up, autotuning, compiles). Step statistics leave them out: they say
+        nothing of the steps after them."""
+        return cold_steps(self.idle, self.steps, self.recompile_spans)
+
+    @functools.cached_property
+    def recompile_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """The recompiles' spans, merged: compile time that recurs in the loop, not warm-up."""
+        c = self.compiles
+        return merge_intervals(c.start_ns[c.recompile], c.end_ns[c.recompile])
+
+    @functools.cached_property
     def allocator_records(self) -> AllocatorRecords | None:
         """The allocator's own records joined to the trace, when the run has a memory snapshot."""
         return AllocatorRecords(self.model, self.snapshot, self.runtime_classes) if self.snapshot else None
@@ -205,7 +219,7 @@ class AnalysisContext:
         sel = np.flatnonzero(idle.cause == WARMUP)
         if not c.recompile.any() or not len(sel):
             return np.zeros(0, np.int64)
-        s, e = merge_intervals(c.start_ns[c.recompile], c.end_ns[c.recompile])
+        s, e = self.recompile_spans
         mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
         i = np.searchsorted(s, mid, side="right") - 1
         return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]

@@ -8,7 +8,10 @@ It also finds untraced time that a warmed-up process would not spend again, by w
   their builders, launched through the driver API, cuLaunchKernel / hipModuleLaunchKernel): the compile before it;
 - the first call on the thread of a scripted or compiled function (an op outside every `namespace::`, e.g. a
   TorchScript function or a torch.compile region): what its first calls do (profiling runs, optimization, compile).
-Neither where a later run of the same kernel waited about as long: that wait recurs, whatever it is.
+- the first run in the window of a kernel that runs again later without such a wait: the same work needed it once;
+- any untraced wait in a cold step (a process's first iteration, at least half of it idle on one-time costs) that
+  the later steps do not repeat.
+None where a later run of the same kernel waited a tenth as long or more: that wait recurs, whatever it is.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from analyzer.trace.joins import Intervals, thread_keys
 LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
 TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
 RECURRING = 10
+COLD_SHARE = 0.5  # a step at least this share of whose CPU span the GPU sat idle on one-time costs is cold
 # kernels built at run time, by their builders' names: Triton / Inductor, TorchScript's NNC (`fused_*`), nvFuser
 BUILT_KERNEL = re.compile(r"^(?:triton_|triton__|fused_|nvfuser_|kernel\d+$|CudaCodeGen)")
 DRIVER_LAUNCH = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel"})
@@ -94,7 +98,8 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
 
 
 def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermost_ops: np.ndarray,
-                      first_invocations: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str]]]:
+                      first_invocations: np.ndarray, steps,
+                      recurring_spans) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """The described pieces of untraced host time that a warmed-up process would not spend again, and per piece its
     (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op)."""
     rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
@@ -107,20 +112,37 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
     built = np.array([bool(BUILT_KERNEL.match(n)) for n in names], bool)
     wait_before = np.zeros(len(gpu), np.int64)  # the longest idle gap that each GPU row ended
     np.maximum.at(wait_before, gaps.next_gpu, gaps.end_ns - gaps.start_ns)
+    # the step that launched each GPU row (by time where the trace has no steps: each launch its own "step")
+    linked = gpu.launch >= 0
+    launched_at = np.where(linked, rt.start_ns[np.maximum(gpu.launch, 0)], gpu.start_ns) if len(rt) else gpu.start_ns
+    step_of = steps.index_at(launched_at) if len(steps) else launched_at
+    cold, piece_step = _cold_steps(idle, steps, during, recurring_spans)
     for i in untraced.tolist():
         piece = int(during.pieces[i])
         g = int(idle.gap[piece])
         nxt, launch = int(gaps.next_gpu[g]), int(gaps.launch[g])
+        k = int(piece_step[i])
+        if k >= 0 and cold[k]:
+            out.append(piece)
+            why.append(("cold step", f"in {steps.names[k]}, a cold step (later steps have no such wait)"))
+            continue
         if idle.end_ns[piece] != gaps.end_ns[g]:  # only the untraced time that runs up to the launch
             continue
-        # where a later run of the same kernel waited as long (a tenth or more), the wait recurs: not one-time
-        later = np.flatnonzero((gpu.name == gpu.name[nxt]) & (gpu.start_ns > gpu.start_ns[nxt]))
+        # the same kernel's runs launched in later steps: where one waited as long (a tenth or more), the wait
+        # recurs and is not one-time; where none did, the first step's wait was a first-run cost
+        same = gpu.name == gpu.name[nxt]
+        later = np.flatnonzero(same & (step_of > step_of[nxt]))
         if len(later) and wait_before[later].max() * RECURRING >= idle.end_ns[piece] - idle.start_ns[piece]:
+            continue
+        if len(later) and not (same & (step_of < step_of[nxt])).any():
+            out.append(piece)
+            why.append(("first run", f"before the first run of {_short(names[gpu.name[nxt]])} (its {len(later)} later "
+                                     f"runs did not wait)"))
             continue
         if first_kernel[nxt] and driver[rt.name[launch]] and built[gpu.name[nxt]]:
             kernel = names[gpu.name[nxt]]
             out.append(piece)
-            why.append(("JIT compilation", f"before the first launch of {kernel.split('(')[0][:60]}"))
+            why.append(("JIT compilation", f"before the first launch of {_short(kernel)}"))
             continue
         op = int(rt.op[launch])
         outer = int(outermost_ops[op]) if op >= 0 else -1
@@ -128,6 +150,44 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             out.append(piece)
             why.append(("first call", names[ops.name[outer]]))
     return np.asarray(out, np.int64), why
+
+
+def cold_steps(idle, steps, recurring_spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per step: at least COLD_SHARE of its CPU span the GPU sat idle on one-time costs (warm-up pieces, less those
+    inside compiles that recur: recompiles are the loop's own)."""
+    from analyzer.views.idle import WARMUP  # the idle module's cause codes (host_during is computed inside it)
+    if not len(steps):
+        return np.zeros(0, bool)
+    warm = np.flatnonzero(idle.cause == WARMUP)
+    s, e = recurring_spans
+    if len(s) and len(warm):
+        mid = idle.start_ns[warm] + idle.duration_ns[warm] // 2
+        i = np.searchsorted(s, mid, side="right") - 1
+        warm = warm[~((i >= 0) & (mid < e[np.maximum(i, 0)]))]
+    at = steps.index_at(idle.start_ns[warm])
+    one_time = np.bincount(at[at >= 0], weights=idle.duration_ns[warm][at >= 0], minlength=len(steps))
+    return one_time >= COLD_SHARE * np.maximum(steps.hi_ns - steps.lo_ns, 1)
+
+
+def _cold_steps(idle, steps, during: HostDuring, recurring_spans) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: cold (cold_steps), with a later step that is not, and whose untraced waits the later steps do not
+    repeat (none of theirs a tenth as long as its longest); and per described piece its step (-1 outside every
+    step)."""
+    if not len(steps):
+        return np.zeros(0, bool), np.full(len(during.pieces), -1, np.int64)
+    cold = cold_steps(idle, steps, recurring_spans)
+    piece_step = steps.index_at(idle.start_ns[during.pieces]) if len(during.pieces) else np.zeros(0, np.int64)
+    untraced = during.traced_share < TRACED_SHARE
+    longest = np.zeros(len(steps), np.int64)
+    mine = untraced & (piece_step >= 0)
+    np.maximum.at(longest, piece_step[mine], idle.duration_ns[during.pieces[mine]])
+    later_warm = np.r_[np.maximum.accumulate((~cold)[::-1])[::-1][1:], False]  # a step after it is not cold
+    later_longest = np.r_[np.maximum.accumulate(longest[::-1])[::-1][1:], 0]
+    return cold & later_warm & (later_longest * RECURRING < np.maximum(longest, 1)), piece_step
+
+
+def _short(kernel: str) -> str:
+    return kernel.removeprefix("void ").split("(")[0].split("<")[0][:60]
 
 
 def _first_of_name(gpu) -> np.ndarray:

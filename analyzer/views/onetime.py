@@ -6,7 +6,9 @@
   that made it (lazy module loading in a first kernel launch, context set-up in a first cudaFree, cuDNN/cuBLAS
   initialisation), or, outside any op, the first call of its API on that thread;
 - first allocation: the caching allocator reserving device (or pinned host) memory before anything was released in
-  the window, in or before the first step: the cache filling up, not churn.
+  the window, in or before the first step: the cache filling up, not churn;
+- first step only: every reserve and release of the window in its first step (a first iteration: a library's
+  workspaces, autotuning's trial buffers) and none in the steps after it: the pool settling, not churn.
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from analyzer.views.steps import StepRanges
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
-LABELS = ("", "creation", "first call", "first allocation")
-NONE, CREATION, FIRST_CALL, FIRST_ALLOCATION = range(4)
+LABELS = ("", "creation", "first call", "first allocation", "first step only")
+NONE, CREATION, FIRST_CALL, FIRST_ALLOCATION, FIRST_STEP_MEMORY = range(5)
 # Python code that only runs the first time: an import, a JIT compilation (Triton, Dynamo/Inductor, flashinfer).
 FIRST_TIME_FRAME = re.compile(
     r"^<frozen importlib\._bootstrap>\(\d+\): _find_and_load$"
@@ -57,6 +59,7 @@ def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndar
     label[np.isin(rt.name, one_time_codes)] = CREATION
     label[_first_call_outliers(model, outermost_ops) & (label == NONE)] = FIRST_CALL
     label[_first_allocations(model, classes, label, steps)] = FIRST_ALLOCATION
+    label[_first_step_memory(model, classes, label, steps)] = FIRST_STEP_MEMORY
     return label
 
 
@@ -128,6 +131,19 @@ def _first_per_group(key: np.ndarray, name: np.ndarray, start: np.ndarray, rows:
     new = np.ones(len(order), bool)
     new[1:] = (k[1:] != k[:-1]) | (n[1:] != n[:-1])
     return rows[order[new]]
+
+
+def _first_step_memory(model: TraceModel, classes: np.ndarray, label: np.ndarray, steps: StepRanges) -> np.ndarray:
+    """The memory calls left (not yet one-time), where all of them lie in the window's first step (and steps follow it
+    with none)."""
+    rt = model.runtime
+    rows = np.flatnonzero(((classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)) & (label == NONE))
+    if not len(rows) or len(steps) < 2:
+        return np.zeros(0, np.int64)
+    at = steps.index_at(rt.start_ns[rows])
+    if (at != 0).any():  # the window's first step alone (a later step's growth is the loop's own)
+        return np.zeros(0, np.int64)
+    return rows
 
 
 def _first_allocations(model: TraceModel, classes: np.ndarray, label: np.ndarray, steps: StepRanges) -> np.ndarray:

@@ -215,8 +215,8 @@ def _profiler_overhead(ctx, dilation: dict | None) -> Check:
 
 
 def _window_edges(ctx) -> Check:
-    steps = ctx.step_table
-    durations = [s["wall_us"] for s in steps if s.get("wall_us")]
+    steps, cold = ctx.step_table, ctx.cold_steps
+    durations = [s["wall_us"] for s, c in zip(steps, cold) if s.get("wall_us") and not c]
     cut = False
     if len(durations) >= 3:
         median = float(np.median(durations[:-1]))

@@ -38,6 +38,7 @@ class Fix:
     no_wait: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # runtime rows
     as_graphs: bool = False  # the steps' launches replaced by graph replays (where the trace has no steps to
     # replay as graphs, `removed` stands in: the launch gaps' CPU time taken out)
+    one_time: bool = False  # a cost paid once (warm-up): priced over the whole window too, not only per step
 
 
 def intervals_fix(what: str, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Fix:
@@ -71,11 +72,11 @@ class Measure:
 
 
 def measure_for(ctx) -> Measure:
-    table = ctx.step_table
+    table, cold = ctx.step_table, ctx.cold_steps
     with_gpu = [k for k, s in enumerate(table) if s.get("gpu_period_us") is not None]
-    repeated = [k for k in with_gpu[:-1] if not table[k]["step"].startswith("prefill")]
+    repeated = [k for k in with_gpu[:-1] if not table[k]["step"].startswith("prefill") and not cold[k]]
     if not repeated and len(with_gpu) > 1:
-        repeated = with_gpu[:-1]
+        repeated = [k for k in with_gpu[:-1] if not cold[k]]
     if not repeated:
         return Measure("window", np.zeros(0, np.int64), "window")
     repeated = repeated[:MAX_STEPS]
@@ -270,6 +271,12 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         fixes.append(fix)
         after = min(fixed_step(fix), world_step)
         per_finding[f.id] = _saving(world_step, after, fix, measure)
+        if fix.one_time and measure.kind == "step":  # paid once: what a warmed-up run saves over the window
+            whole = Measure("window", np.zeros(0, np.int64), "window")
+            before_ns = whole.of(model, model.run((), (), overhead, cpu=False))
+            after_ns = whole.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False))
+            per_finding[f.id]["once_ms"] = _ms(max(before_ns - after_ns, 0.0))
+            per_finding[f.id]["window_ms"] = _ms(before_ns)
         if fix.as_graphs and measure.kind != "step":
             per_finding[f.id]["fix"] = "the launch gaps' CPU time taken out (no repeated steps to replay as graphs)"
         elif fix.as_graphs and loop is not None:
