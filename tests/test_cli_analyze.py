@@ -75,7 +75,7 @@ def test_foreign_report_is_never_overwritten(cli, tmp_path):
 
 @pytest.mark.parametrize("name, content, fragment", [
     ("empty.json", b"", "empty file"),
-    ("cut.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X"}]}')[:20], "gzip"),
+    ("cut.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X"}]}', mtime=0)[:20], "gzip"),
     ("cut.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1', "JSON"),
     ("notatrace.json", b'{"hello": 1}', "traceEvents"),
 ])

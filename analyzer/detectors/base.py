@@ -8,7 +8,7 @@ from typing import Any, Callable
 from analyzer.views.context import AnalysisContext
 from analyzer.views.whatif import Fix
 
-__all__ = ["AnalysisContext", "DetectorResult", "Finding", "SEVERITIES", "SiteTable", "severity_for"]
+__all__ = ["AnalysisContext", "DetectorResult", "Finding", "SEVERITIES", "SiteTable", "severity_for", "share_text"]
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -53,6 +53,11 @@ def severity_for(impact_us: float, window_us: float) -> str:
     if share >= 0.002:
         return "low"
     return "info"
+
+
+def share_text(part: float, whole: float) -> str:
+    share = 100 * part / whole if whole else 0.0
+    return "<1%" if 0 < share < 1 else f"{share:.0f}%"
 
 
 class SiteTable:

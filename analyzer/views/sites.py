@@ -134,3 +134,16 @@ def frame_site(ctx, frame_row: int) -> dict:
 def is_tool_frame(ctx, frame_row: int) -> bool:
     user = ctx.frames.user_frame_of(frame_row)
     return user >= 0 and ctx.frames.kind[user] == FrameKind.TOOL
+
+
+def piece_site_keys(ctx, sel: np.ndarray) -> np.ndarray:
+    """Site keys of the runtime rows responsible for the selected idle pieces."""
+    rt, idle = ctx.model.runtime, ctx.idle
+    row = idle.row[sel]
+    if not len(rt):
+        return site_keys(ctx, idle.frame[sel], idle.op[sel], np.full(len(sel), -1))
+    safe = np.maximum(row, 0)
+    # a piece cut for a runtime call names the call's site; one cut for a frame or an op (a wait, an import, a
+    # first call) names that frame's or op's
+    return site_keys(ctx, np.where(row >= 0, rt.frame[safe], idle.frame[sel]),
+                     np.where(row >= 0, rt.op[safe], idle.op[sel]), np.where(row >= 0, rt.name[safe], -1))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analyzer.detectors.base import AnalysisContext
-from analyzer.detectors.launch_gaps import _responsible
+from analyzer.detectors.host_work import _responsible
 from conftest import analysis_of, report_of
 
 HERE = Path(__file__).resolve().parents[1]

@@ -1,0 +1,277 @@
+"""Host work: launch-gap pieces of at least a millisecond (analyzer.views.host_during.LONG_NS), grouped by the function
+responsible: the innermost user function that covers at least half of the piece on the launching thread, else the
+op that ran, else the launch site; with the library code it ran in, and what the thread did there (recorded work, or
+untraced host time). Owns the long pieces of cause cpu_launch (but a graph break's, which graph_breaks owns)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
+from analyzer.trace.joins import Intervals, holding_any, thread_keys
+from analyzer.units import us
+from analyzer.views.frames import FrameKind, describe_frame
+from analyzer.views.host_during import LONG_NS, TRACED_SHARE
+from analyzer.views.idle import CPU_LAUNCH
+from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
+from analyzer.views.timeline import merge_intervals
+from analyzer.views.traits import is_compiled_region
+from analyzer.views.whatif import Fix
+
+CHILD_SHARE = 0.10  # a library is shown under the host-work finding when it holds this share
+MAX_LIBRARIES = 4  # library children under one host-work finding
+
+
+def long_pieces(ctx: AnalysisContext) -> np.ndarray:
+    """The launch-gap pieces this detector owns: cpu_launch, at least LONG_NS, not in a graph break."""
+    idle = ctx.idle
+    launch = idle.cause == CPU_LAUNCH
+    launch[ctx.graph_break_pieces] = False  # the graph-breaks detector's
+    return np.flatnonzero(launch & (idle.duration_ns >= LONG_NS))
+
+
+def detect(ctx: AnalysisContext) -> DetectorResult:
+    host_work, fixes = _host_work(ctx, long_pieces(ctx))
+    findings = _host_work_findings(host_work, fixes, ctx.timeline.window_ns / 1e3, LONG_NS / 1e3,
+                                   ctx.traits.graphs.replayed)
+    return DetectorResult({"host_work": host_work}, tuple(findings))
+
+
+def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[Fix]]:
+    """Long CPU pieces grouped by the function responsible: the innermost user function that covers at least half
+    of the piece on the launching thread (a helper, not the generator expression inside it, nor its caller when
+    the helper alone ran), else the op that ran, else the launch site. With each group, its fix: the responsible
+    function's (or op's) whole run taken out, or only the idle piece where that run is over twice as long."""
+    model, idle = ctx.model, ctx.idle
+    if not len(sel):
+        return [], []
+    rows = idle.row[sel]
+    lo, hi = idle.start_ns[sel], idle.end_ns[sel]
+    middle = lo + (hi - lo) // 2
+    at_middle = _innermost_at(ctx, rows, middle)
+    op_at_middle = _outer_op_at(ctx, rows, middle)
+    launch_keys = _launch_site_keys(ctx, rows).tolist()
+    tids = model.runtime.tid[ctx.gaps.launch[idle.gap[sel]]]
+    groups: dict[int, list[int]] = defaultdict(list)
+    work: dict[int, set] = defaultdict(set)
+    owners: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (user frame, piece start, piece end)
+    untraced: dict[int, int] = defaultdict(int)  # ns of the group's pieces that nothing recorded inside covers
+    bare: dict[int, bool] = {}  # the group's pieces have no recorded context at all (named by the next launch)
+    during = ctx.host_during
+    for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
+        key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
+        groups[key].append(piece)
+        d = during.of(piece)
+        # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
+        if d >= 0 and during.traced_share[d] < TRACED_SHARE and key >> 60 != KIND_OP:
+            untraced[key] += int(hi[i] - lo[i])
+        bare[key] = bare.get(key, True) and span is None
+        if owner >= 0:
+            owners[key].append((owner, int(lo[i]), int(hi[i])))
+        a, b = span if span and span[1] - span[0] <= 2 * (hi[i] - lo[i]) else (int(lo[i]), int(hi[i]))
+        work[key].add((int(tids[i]), a, b))
+    out = []
+    for key, members in groups.items():
+        members.sort(key=lambda p: -(idle.end_ns[p] - idle.start_ns[p]))
+        lead = members[0]
+        lead_frame = int(at_middle[np.searchsorted(sel, lead)])
+        site = describe_site(ctx, key, lead_frame)
+        durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in members]
+        out.append(({"call_site": site["label"], "site": site, "count": len(members),
+                     "idle_us": round(sum(durations), 3), "max_us": max(durations),
+                     "untraced_us": us(untraced[key]), "recorded_context": not bare[key],
+                     "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
+                     "launch_site": describe_site(ctx, int(piece_site_keys(ctx, np.array([lead]))[0]))["label"],
+                     "libraries": _library_children(ctx, owners.get(key, [])),
+                     "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
+                    Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
+                        np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
+    out.sort(key=lambda h: -h[0]["idle_us"])
+    return [h for h, _ in out], [f for _, f in out]
+
+
+def _library_children(ctx: AnalysisContext, owned: list[tuple[int, int, int]]) -> list[dict]:
+    """The idle of one host-work group by the third-party library code its function ran in: the outermost library
+    frames called from that function (directly or through its own helpers), each one's overlap with the group's idle
+    pieces, summed by library function, largest first."""
+    if not owned:
+        return []
+    fr, index = ctx.model.frames, ctx.frames
+    owner = np.array([o for o, _, _ in owned], np.int64)
+    lo, hi = np.array([a for _, a, _ in owned], np.int64), np.array([b for _, _, b in owned], np.int64)
+    found = np.zeros(0, np.int64)
+    if len(fr):
+        s, e = merge_intervals(lo, hi)
+        i = np.maximum(np.searchsorted(s, fr.start_ns, side="right") - 1, 0)
+        near = holding_any(fr.start_ns, fr.end_ns, np.r_[lo, hi - 1]) | ((fr.start_ns >= s[i]) & (fr.start_ns < e[i]))
+        rows = np.flatnonzero(near & (index.kind == FrameKind.LIBRARY))
+        parent = fr.parent[rows]
+        outer = (parent < 0) | (index.kind[np.maximum(parent, 0)] != FrameKind.LIBRARY)
+        found = rows[outer]
+        # a library frame under user code that a library called (a callback, a module's forward) is inside an outer
+        # library frame's time already: only the outermost in time count
+        order = np.lexsort((-fr.end_ns[found], fr.start_ns[found], fr.tid[found], fr.pid[found]))
+        found = found[order]
+        same = np.r_[False, (fr.pid[found][1:] == fr.pid[found][:-1]) & (fr.tid[found][1:] == fr.tid[found][:-1])]
+        keep = np.ones(len(found), bool)
+        reach = -1
+        for k, row in enumerate(found.tolist()):
+            if same[k] and fr.start_ns[row] < reach:
+                keep[k] = False
+                continue
+            reach = int(fr.end_ns[row]) if not same[k] else max(reach, int(fr.end_ns[row]))
+        found = found[keep]
+    totals: dict[int, int] = defaultdict(int)
+    for row in found.tolist():
+        user, hops = index.user_frame_of(row), 0
+        while user >= 0 and hops < 64 and user not in owner:  # a helper of the owner's still counts for it
+            parent = int(fr.parent[user])
+            user, hops = (index.user_frame_of(parent) if parent >= 0 else -1), hops + 1
+        if user < 0:
+            continue
+        k = np.flatnonzero(owner == user)
+        overlap = np.minimum(hi[k], fr.end_ns[row]) - np.maximum(lo[k], fr.start_ns[row])
+        totals[int(fr.name[row])] += int(overlap[overlap > 0].sum())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    return [{"library_site": describe_frame(ctx.model.names[code]), "idle_us": us(ns)} for code, ns in ranked if ns]
+
+
+def _innermost_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """The innermost Python frame active at t on the thread of each runtime row (-1 where none)."""
+    frames = ctx.model.frames
+    return _enclosing_at(ctx, frames, np.arange(len(frames)), rows, t_ns)
+
+
+def _enclosing_at(ctx: AnalysisContext, table, candidates: np.ndarray, rows: np.ndarray,
+                  t_ns: np.ndarray) -> np.ndarray:
+    """Per runtime row: the innermost of the table's candidate rows on its thread that encloses the instant t (-1
+    where none). Only the candidates holding one of the instants are searched (joins.holding_any)."""
+    rt = ctx.model.runtime
+    if not len(candidates) or not len(rows) or not len(rt):
+        return np.full(len(rows), -1, np.int64)
+    near = candidates[holding_any(table.start_ns[candidates], table.end_ns[candidates], t_ns)]
+    safe = np.maximum(rows, 0)
+    keys, query_keys = thread_keys([table.pid[near], rt.pid[safe]], [table.tid[near], rt.tid[safe]])
+    found = Intervals(keys, table.start_ns[near], table.end_ns[near], sorted_by_start=True).innermost_enclosing(
+        np.where(rows >= 0, query_keys, -1), t_ns, t_ns + 1)
+    return np.where((rows >= 0) & (found >= 0), near[np.maximum(found, 0)] if len(near) else -1, -1)
+
+
+def _responsible(ctx: AnalysisContext, frame: int, lo: int, hi: int, launch_key: int,
+                 op: int) -> tuple[int, tuple[int, int] | None, int]:
+    """The site key of what ran during [lo, hi), that function's (or op's) whole run where known, and the user
+    frame row responsible (-1 none). A user function is one site whatever library it was in at the middle: the
+    library frames are its children (_library_children)."""
+    model, index = ctx.model, ctx.frames
+    fr = model.frames
+    if frame >= 0:
+        user = index.user_frame_of(frame)
+        chosen, outermost, hops = -1, -1, 0
+        while user >= 0 and hops < 256:  # the bound also guards a malformed (cyclic) parent chain
+            hops += 1
+            covered = min(int(fr.end_ns[user]), hi) - max(int(fr.start_ns[user]), lo)
+            outermost = user
+            if covered * 2 >= hi - lo:
+                chosen = user
+                break
+            parent = int(fr.parent[user])
+            user = index.user_frame_of(parent) if parent >= 0 else -1
+        chosen = chosen if chosen >= 0 else outermost
+        lib = index.library_frame_of(frame)  # inside the user frame at the middle, so inside `chosen` too
+        lib_code = int(fr.name[lib]) if lib >= 0 else -1
+        if chosen >= 0 or lib >= 0:
+            run = chosen if chosen >= 0 else lib
+            key = frames_key(int(fr.name[chosen]), -1) if chosen >= 0 else frames_key(-1, lib_code)
+            return key, (int(fr.start_ns[run]), int(fr.end_ns[run])), chosen
+    if op >= 0:
+        return op_key(int(model.ops.name[op])), (int(model.ops.start_ns[op]), int(model.ops.end_ns[op])), -1
+    return launch_key, None, -1
+
+
+def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+    """The outermost op running at t on the thread of each runtime row (-1 where none)."""
+    ops = ctx.model.ops
+    found = _enclosing_at(ctx, ops, np.flatnonzero(~ops.is_annotation.astype(bool)), rows, t_ns)
+    return np.where(found >= 0, ctx.outermost_ops[np.maximum(found, 0)], -1) if len(ops) else found
+
+
+def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
+    """Site keys of the runtime rows (a piece with none, row -1, gets the empty site)."""
+    rt = ctx.model.runtime
+    keys = np.full(len(rows), KIND_NONE << 60, dtype=np.int64)
+    has = np.flatnonzero(rows >= 0)
+    if len(has):
+        at = rows[has]
+        keys[has] = site_keys(ctx, rt.frame[at], rt.op[at], rt.name[at])
+    return keys
+
+
+def _host_work_advice(site: dict, graphs_replayed: bool) -> str:
+    op = site.get("op")
+    if not op or site.get("call_site"):
+        return ("The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
+                "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
+                "the next GPU work before doing it so the two overlap.")
+    if is_compiled_region(op):
+        graphs = ("; under mode=\"reduce-overhead\", the CUDA-graph tree's checks of its inputs' addresses, copies "
+                  "of inputs that moved and re-recording when they keep moving" if graphs_replayed else "")
+        keep = ("Keep the inputs at fixed addresses across calls (one preallocated cache or buffer, reset in place). "
+                if graphs_replayed else "")
+        return (f"The CPU spent over a millisecond inside the compiled region {op} with nothing queued on the GPU: "
+                f"torch.compile's own cost around its kernels (Dynamo's guard checks, AOT autograd's runtime "
+                f"wrappers, the Python launchers of Triton kernels{graphs}), or eager code the region runs between "
+                f"them. {keep}Run with TORCH_LOGS=\"recompiles,guards"
+                f"{',cudagraphs' if graphs_replayed else ''}\" to see what it re-does each call; with_stack=True "
+                f"shows the frames inside it.")
+    advice = (f"The CPU spent over a millisecond inside {op} with nothing queued on the GPU. The trace has no Python "
+              f"stack (record with with_stack=True to see the line that called it). If the op works on host tensors, "
+              f"move it out of the step; if it launches many small GPU ops, its per-call CPU cost is the gap: batch "
+              f"or fuse the calls (foreach / fused variants).")
+    if op == "aten::zero_":
+        advice += " For gradients, optimizer.zero_grad(set_to_none=True) (the default since torch 2.0) skips it."
+    return advice
+
+
+UNTRACED_ADVICE = (
+    "The profiler recorded nothing inside this time on the thread that launches the GPU work: no op, no CUDA call, no "
+    "Python call (or only the enclosing one). It is the interpreter running that code's own lines, a JIT or compiler "
+    "(TorchScript's profiling executor, torch.compile, Triton), garbage collection, waiting for the GIL held by "
+    "another thread, or the OS. Record with with_stack=True (and record_shapes) to see Python calls; if it happens "
+    "only in the first iterations, profile after warm-up; py-spy or Nsight Systems' CPU sampling show what the "
+    "thread ran.")
+
+
+def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
+                        long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
+    out = []
+    for k, (h, fix) in enumerate(zip(host_work, fixes)):
+        libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
+        untraced = h["untraced_us"] * 2 >= h["idle_us"]
+        if not untraced:
+            what, advice = f"while the CPU ran {h['call_site']}", _host_work_advice(h["site"], graphs_replayed)
+        elif h["recorded_context"]:
+            what = f"in untraced host time inside {h['call_site']} (nothing recorded under it)"
+            advice = UNTRACED_ADVICE
+        else:
+            what = f"in untraced host time (nothing recorded on the launching thread) before {h['call_site']}"
+            advice = UNTRACED_ADVICE
+        out.append(Finding(
+            kind="host_work", severity=severity_for(h["idle_us"], window_us),
+            title=f"GPU idle {h['count']}x for over {long_gap_us / 1e3:g} ms (max {h['max_us'] / 1e3:.1f} ms) {what}",
+            call_site=h["call_site"], library_site=None if libraries else h["site"]["library_below"],
+            impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
+            advice=advice,
+            detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
+                    "libraries": h["libraries"]},
+            occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
+        for j, lib in enumerate(libraries):
+            out.append(Finding(
+                kind="host_work", severity=severity_for(lib["idle_us"], window_us),
+                title=f"of which {share_text(lib['idle_us'], h['idle_us'])} in {lib['library_site']}",
+                call_site=h["call_site"], library_site=lib["library_site"], impact_us=lib["idle_us"],
+                id=f"host_work.{k}.{j}", parent=f"host_work.{k}",
+                advice="Library code the function above called: a cheaper call, a smaller input, or the same work "
+                       "on the GPU (torch ops on the device) removes this part.",
+                detail={}))
+    return out
