@@ -11,7 +11,7 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
 from analyzer.units import us
-from analyzer.views.idle import CAUSES, CPU_LAUNCH
+from analyzer.views.idle import CAUSES, CPU_LAUNCH, HOST_COMPUTE, INPUT_WAIT
 from analyzer.units import plural
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.sites import describe_site, piece_site_keys
@@ -21,6 +21,7 @@ from analyzer.views.whatif import Fix, graph_node_gap_ns, graph_steps_ns, measur
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
 CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it holds this share
+HOST_BOUND_SHARE = 0.10  # host math and input waits this share of the idle: the step cannot be one CUDA graph
 
 
 def detect(ctx: AnalysisContext, *, top_n: int = 25) -> DetectorResult:
@@ -218,11 +219,23 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
               f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
               f"small ops." + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
                                "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
+    if _host_bound_share(ctx) >= HOST_BOUND_SHARE:
+        advice += (f" The {step} also computes on host tensors or waits for input (the host-compute and input-wait "
+                   f"findings): a {word} holds only GPU work, so that host work has to move to the GPU (or off the "
+                   f"step's path) before the {step} can be captured; until then only the launches' own time goes.")
     if graph and graph.get("measured"):
         m = graph["measured"]
         advice += (f" Measured on this run: {m['eager_step_us'] / 1e3:.2f} ms eager, "
                    f"{m['cuda_graph_step_us'] / 1e3:.2f} ms as a graph ({m['speedup']:.1f}x).")
     return advice
+
+
+def _host_bound_share(ctx: AnalysisContext) -> float:
+    """The share of the idle the host spent in work no graph of GPU launches can hold: math on host tensors and
+    waits for input."""
+    idle = ctx.idle
+    total = int(idle.duration_ns.sum())
+    return (idle.total_ns(HOST_COMPUTE) + idle.total_ns(INPUT_WAIT)) / total if total else 0.0
 
 
 def _compiled_share(ctx: AnalysisContext, pieces: np.ndarray) -> float:
@@ -319,6 +332,9 @@ def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
         return None
     if traits.graphs.replayed or traits.training:
         return pieces_fix(ctx, pieces, "the CPU time before each eagerly launched kernel taken out")
+    if _host_bound_share(ctx) >= HOST_BOUND_SHARE:  # a graph cannot hold the step's host math or input waits
+        return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (the host math and input waits in the "
+                                       "step stay: a CUDA graph cannot hold them)")
     gaps = pieces_fix(ctx, pieces, "")
     return Fix(f"the {traits.step_word}s replayed as {traits.graph_word}s (their GPU work back to back)",
                gaps.removed if gaps else np.zeros((0, 3), np.int64), as_graphs=True)

@@ -34,7 +34,8 @@ from analyzer.views.traits import TraceTraits, trace_traits
 HOST_OP_MIN_NS = 50_000  # a host-only op this long is math, not the dispatcher's few µs of launch overhead
 NO_COMPUTE_OP = re.compile(
     r"^aten::(?:_?(?:unsafe_)?view|view_as|reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|permute|transpose"
-    r"|t|numpy_T|as_strided|select|slice|narrow|unbind|split|chunk|detach|alias|lift_fresh|resolve_conj|resolve_neg"
+    r"|t|numpy_T|as_strided|select|slice|narrow|unbind|split|split_with_sizes|chunk|broadcast_tensors|detach_?|alias"
+    r"|lift_fresh|resolve_conj|resolve_neg"
     r"|flatten|unflatten|movedim|empty|empty_like|empty_strided|size|stride|dim|is_nonzero|item|_local_scalar_dense"
     r"|result_type|set_|record_stream|_has_compatible_shallow_copy_type|unflatten_dense_tensors)$"
     r"|^autograd::")  # the autograd engine's node: its own ops are the work

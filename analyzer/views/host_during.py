@@ -21,7 +21,8 @@ import re
 import numpy as np
 
 from analyzer.trace import TraceModel
-from analyzer.trace.joins import Intervals, thread_keys
+from analyzer.trace.joins import Intervals, holding_any, thread_keys
+from analyzer.views.timeline import merge_intervals
 
 LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
 TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
@@ -64,20 +65,31 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
 
 
 def _spanning(table, pid, tid, lo, hi) -> np.ndarray:
-    if not len(table):
+    """Per piece: the innermost row of the table on its thread spanning it, -1 none. Only rows holding a piece's
+    start can span one (joins.holding_any), so the join runs over those alone."""
+    near = np.flatnonzero(holding_any(table.start_ns, table.end_ns, lo)) if len(table) else np.zeros(0, np.int64)
+    if not len(near):
         return np.full(len(lo), -1, np.int64)
-    keys, query = thread_keys([table.pid, pid], [table.tid, tid])
-    return Intervals(keys, table.start_ns, table.end_ns, sorted_by_start=True).innermost_enclosing(query, lo, hi)
+    keys, query = thread_keys([table.pid[near], pid], [table.tid[near], tid])
+    found = Intervals(keys, table.start_ns[near], table.end_ns[near], sorted_by_start=True).innermost_enclosing(
+        query, lo, hi)
+    return np.where(found >= 0, near[np.maximum(found, 0)], -1)
 
 
 def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
     """Per piece: the ns of [lo, hi) covered by recorded events (of any table) on its thread that ended inside it:
     work the thread finished there. An event still running at the piece's end is where the launch came from, and
     one spanning the whole piece is its context; neither says what the thread did in the piece."""
-    starts = np.concatenate([t.start_ns for t in tables])
-    ends = np.concatenate([t.end_ns for t in tables])
-    ev_key, q_key = thread_keys([np.concatenate([t.pid for t in tables]), pid],
-                                [np.concatenate([t.tid for t in tables]), tid])
+    # only events that end inside some piece (on any thread) take part: a search in the pieces' union
+    u_start, u_end = merge_intervals(lo, hi)
+    inside = []
+    for t in tables:
+        k = np.searchsorted(u_start, t.end_ns, side="right") - 1
+        inside.append(np.flatnonzero((k >= 0) & (t.end_ns < u_end[np.maximum(k, 0)])))
+    starts = np.concatenate([t.start_ns[r] for t, r in zip(tables, inside)])
+    ends = np.concatenate([t.end_ns[r] for t, r in zip(tables, inside)])
+    ev_key, q_key = thread_keys([np.concatenate([t.pid[r] for t, r in zip(tables, inside)]), pid],
+                                [np.concatenate([t.tid[r] for t, r in zip(tables, inside)]), tid])
     by_end = np.lexsort((ends, ev_key))
     ke, e_sorted = ev_key[by_end], ends[by_end]
     out = np.zeros(len(lo), np.int64)

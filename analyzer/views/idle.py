@@ -148,9 +148,14 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op
     fr = model.frames
     # one call, so that equal threads get equal keys across the tables
     ops = model.ops
-    keys = thread_keys([rt.pid, fr.pid, ops.pid, graphs.capture_pid], [rt.tid, fr.tid, ops.tid, graphs.capture_tid])
-    gap_key = np.where(carved, keys[0][safe] if len(rt) else -1, -1)
-    layers = _layers(model, roles, op_roles, graphs, *keys)
+    layer_ops = np.unique(np.concatenate([op_roles.warmup, op_roles.host_compute, input_wait_ops(model)]))
+    rt_key, fr_key, some_op_key, capture_key = thread_keys(
+        [rt.pid, fr.pid, ops.pid[layer_ops], graphs.capture_pid], [rt.tid, fr.tid, ops.tid[layer_ops],
+                                                                   graphs.capture_tid])
+    op_key = np.full(len(ops), -1, np.int64)  # only the ops that cut pieces need a key
+    op_key[layer_ops] = some_op_key
+    gap_key = np.where(carved, rt_key[safe] if len(rt) else -1, -1)
+    layers = _layers(model, roles, op_roles, graphs, rt_key, fr_key, op_key, capture_key)
     return gaps, _carve(a, b, gap_key, remainder, launch, layers)
 
 
