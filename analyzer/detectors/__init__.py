@@ -12,7 +12,7 @@ from analyzer.detectors import allocator, graph_breaks, host_compute, host_work,
     recompiles, serving, syncs, warmup
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding
 
-DETECTORS = (launch_gaps.detect, host_work.detect, queued.detect, warmup.detect, recompiles.detect, graph_breaks.detect, syncs.detect, allocator.detect,
-             serving.detect, input_wait.detect, host_compute.detect)
+DETECTORS = (launch_gaps.detect, host_work.detect, queued.detect, warmup.detect, recompiles.detect, graph_breaks.detect,
+             syncs.detect, allocator.detect, serving.detect, input_wait.detect, host_compute.detect)
 
 __all__ = ["DETECTORS", "AnalysisContext", "DetectorResult", "Finding"]

@@ -75,7 +75,8 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         kind="input_wait", severity=severity_for(data["idle_us"], window_us),
         title=f"GPU idle {fmt_us(data['idle_us'])} {how} ({plural(data['count'], 'gap')})",
         call_site=lead["call_site"], impact_us=data["idle_us"], count=data["count"], id="input_wait",
-        advice=ADVICE[kind], detail={"loader": kind, "sites": [{k: r[k] for k in ("call_site", "loader", "idle_us",
-                                                                                    "count")} for r in data["loaders"][:5]]},
+        advice=ADVICE[kind],
+        detail={"loader": kind, "sites": [{k: r[k] for k in ("call_site", "loader", "idle_us", "count")}
+                                          for r in data["loaders"][:5]]},
         occurrences_us=tuple(tuple(o) for o in lead["occurrences"]),
         fix=pieces_fix(ctx, sel, "the next batch ready when the GPU needs it (the input pipeline keeps up)"))]

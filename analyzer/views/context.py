@@ -28,7 +28,7 @@ from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline, merge_intervals
-from analyzer.views.traits import TraceTraits, trace_traits
+from analyzer.views.traits import TraceTraits, is_compiled_region, trace_traits
 
 
 HOST_OP_MIN_NS = 50_000  # a host-only op this long is math, not the dispatcher's few µs of launch overhead
@@ -98,9 +98,14 @@ class AnalysisContext:
     @functools.cached_property
     def _classified(self) -> tuple[Gaps, IdlePieces]:
         roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
-        c = self.compiles  # compiles seen as ops (no Python stacks) are one-time work like a first call
-        warmup_ops = np.union1d(first_call_ops(self.model, self.outermost_ops), c.ops[c.ops >= 0])
-        return classify_idle(self.model, self.timeline, roles, OpRoles(warmup_ops, self.host_compute_ops), self.graphs)
+        return classify_idle(self.model, self.timeline, roles, OpRoles(self.warmup_ops, self.host_compute_ops),
+                             self.graphs)
+
+    @functools.cached_property
+    def warmup_ops(self) -> np.ndarray:
+        """Op rows of one-time work: first calls that paid for set-up, and compiles seen as ops (no Python stacks)."""
+        c = self.compiles
+        return np.union1d(first_call_ops(self.model, self.outermost_ops), c.ops[c.ops >= 0])
 
     @functools.cached_property
     def host_during(self) -> HostDuring:
@@ -144,7 +149,8 @@ class AnalysisContext:
         # a library op (`ns::name`) that computes: not a view or a metadata query, whose time is the dispatcher's,
         # nor a scripted function, compiled region or Dynamo's guard check (`delta_r2`, `TorchDynamo Cache Lookup`)
         names = self.model.names
-        computes = {c: "::" in names[c] and not NO_COMPUTE_OP.match(names[c]) for c in distinct(ops.name[rows]).tolist()}
+        computes = {c: "::" in names[c] and not NO_COMPUTE_OP.match(names[c])
+                    for c in distinct(ops.name[rows]).tolist()}
         return rows[np.array([computes[c] for c in ops.name[rows].tolist()], bool)] if len(rows) else rows
 
     @property
@@ -205,7 +211,31 @@ class AnalysisContext:
         classes = self.runtime_classes
         rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         rows[apis.blocking_copy_rows(self.model)] = True
+        rows[self._inside_first_compiles(np.flatnonzero(rows))] = False
         return rows
+
+    def _inside_first_compiles(self, rows: np.ndarray) -> np.ndarray:
+        """The runtime rows among these made inside a first compile on their thread, or inside the first call of a
+        compiled region that paid for set-up (Inductor's autotuning benchmarks, its copies of example inputs): part of
+        that one-time compile, not syncs of the workload. (An ordinary op's slow first call stays as it is: a sync
+        inside it may be what made it slow.)"""
+        c, model = self.compiles, self.model
+        fr, ops, rt = model.frames, model.ops, model.runtime
+        first = np.flatnonzero(~c.recompile)
+        by_frame = c.frames[first] >= 0
+        regions = self.warmup_ops[[is_compiled_region(model.names[n]) for n in ops.name[self.warmup_ops].tolist()]] \
+            if len(self.warmup_ops) else self.warmup_ops
+        frame_rows, op_rows = c.frames[first][by_frame], np.union1d(c.ops[first][~by_frame], regions)
+        op_rows = op_rows[op_rows >= 0]
+        spans = [(fr.start_ns[frame_rows], fr.end_ns[frame_rows], fr.pid[frame_rows], fr.tid[frame_rows]),
+                 (ops.start_ns[op_rows], ops.end_ns[op_rows], ops.pid[op_rows], ops.tid[op_rows])]
+        start, end, pid, tid = (np.concatenate(x) for x in zip(*spans))
+        if not len(start) or not len(rows):
+            return np.zeros(0, np.int64)
+        inside = np.zeros(len(rows), bool)
+        for s, e, p, t in zip(start.tolist(), end.tolist(), pid.tolist(), tid.tolist()):
+            inside |= (rt.start_ns[rows] >= s) & (rt.end_ns[rows] <= e) & (rt.pid[rows] == p) & (rt.tid[rows] == t)
+        return rows[inside]
 
     @functools.cached_property
     def compiles(self) -> Compiles:

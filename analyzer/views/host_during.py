@@ -96,7 +96,8 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
     for i in range(len(lo)):
         k, a, b = q_key[i], lo[i], hi[i]
         j0, j1 = np.searchsorted(ke, k, "left"), np.searchsorted(ke, k, "right")
-        rows = by_end[j0 + np.searchsorted(e_sorted[j0:j1], a, "right"):j0 + np.searchsorted(e_sorted[j0:j1], b, "left")]
+        first = j0 + np.searchsorted(e_sorted[j0:j1], a, "right")
+        rows = by_end[first:j0 + np.searchsorted(e_sorted[j0:j1], b, "left")]
         if not len(rows):
             continue
         seg_s, seg_e = np.maximum(starts[rows], a), ends[rows]

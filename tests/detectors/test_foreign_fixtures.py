@@ -59,11 +59,20 @@ def test_cuda_activity_only_warns_that_the_host_side_is_missing():
 
 def test_a_compile_in_the_window_is_one_time():
     """torch.compile's first call inside the window (no stacks; the first Triton kernel runs 2.17 s in): the
-    one-time finding owns the compile, and is the largest idle."""
+    one-time finding owns the compile, and is the largest idle. The copies and synchronizes Inductor makes while it
+    compiles and autotunes (inside the `dynamo` op and the compiled region's first call) are part of that compile,
+    not sync findings."""
+    path = FIXTURES / "compile_in_window" / "trace.json.gz"
+    raw = [e for e in raw_events(path) if e.get("ph") == "X"]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("cat") == "cpu_op" and e["name"] == "dynamo"]
+    inside = [e for e in raw if e.get("cat") == "cuda_runtime"
+              and e["name"] in ("cudaMemcpyAsync", "cudaStreamSynchronize") and any(s <= e["ts"] <= t for s, t in spans)]
+    assert spans and inside
     r = report("compile_in_window")
     top = by_idle(r)[0]
     assert top["kind"] == "warmup" and "JIT compilation" in top["title"]
     assert top["impact_us"] > 0.9 * r["summary"]["gpu_idle_us"]
+    assert [f["call_site"] for f in r["findings"] if f["kind"] == "sync"] == ["cudaDeviceSynchronize (outside any op)"]
 
 
 def test_a_cold_first_forward_is_mostly_one_time_idle():
