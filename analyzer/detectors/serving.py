@@ -22,10 +22,35 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     hops = _parked_sites(ctx, THREAD_HOP, waits.HANDOFF_WAIT, same_thread=False)
     requests = _requests(ctx)
     latency = _latency(ctx)
+    engine = _engine_steps(ctx)
     data = {"event_loop_idle": loop, "thread_hops": hops, "requests": requests,
-            "steps": _steps_with_requests(ctx, requests), "latency": latency,
-            "is_serving": bool(requests or latency or loop["count"])}
+            "steps": _steps_with_requests(ctx, requests), "latency": latency, "engine": engine,
+            "is_serving": bool(requests or latency or loop["count"] or engine)}
     return DetectorResult({"serving": data}, tuple(_findings(ctx, loop, hops)))
+
+
+def _engine_steps(ctx: AnalysisContext) -> dict | None:
+    """A serving engine's own step annotations (analyzer.views.steps.engine_batch), summed by phase: steps, requests,
+    tokens, the steps' GPU busy and idle time (their GPU utilization) and CPU span."""
+    steps = [s for s in ctx.step_table if s.get("batch")]
+    if not steps:
+        return None
+    by_phase: dict[str, dict] = {}
+    for s in steps:
+        b = s["batch"]
+        p = by_phase.setdefault(b.get("phase") or "unknown", {"steps": 0, "prefill_tokens": 0, "decode_tokens": 0,
+                                                            "busy_us": 0.0, "idle_us": 0.0, "wall_us": 0.0})
+        p["steps"] += 1
+        p["prefill_tokens"] += b.get("prefill_tokens") or 0
+        p["decode_tokens"] += b.get("decode_tokens") or 0
+        for k in ("busy_us", "idle_us", "wall_us"):
+            p[k] += s[k] or 0.0
+    for p in by_phase.values():
+        for k in ("busy_us", "idle_us", "wall_us"):
+            p[k] = round(p[k], 3)
+        p["gpu_utilization"] = round(p["busy_us"] / (p["busy_us"] + p["idle_us"]), 4) \
+            if p["busy_us"] + p["idle_us"] else None
+    return {"engine": steps[0]["batch"]["engine"], "steps": len(steps), "by_phase": by_phase}
 
 
 def _parked_sites(ctx: AnalysisContext, code: int, pattern, *, same_thread: bool) -> dict:

@@ -6,7 +6,7 @@ import html
 import json
 
 from analyzer.report.figures import _x, figure_dicts, window_start_us
-from analyzer.report.markdown import named_site, numbered, partition_line, trace_notes
+from analyzer.report.markdown import engine_steps_text, named_site, numbered, partition_line, trace_notes
 from analyzer.report.validity_text import MARK, validity_items, validity_line
 from analyzer.report.whatif_text import ranked, saving_cell, summary_line, what_if_line
 from analyzer.report.palette import CAUSE_COLORS, SEVERITY_COLORS
@@ -351,6 +351,8 @@ def _serving_section(report: dict) -> str:
     if not serving.get("is_serving", latency or any(part.get("count") for _, part in parked)):
         return ""
     parts = []
+    if engine := engine_steps_text(serving.get("engine")):
+        parts.append(f"<p>{esc(engine)}</p>")
     if latency:
         opts = latency.get("options") or {}
         spread = lambda s: (f"p50 {s['p50']:.1f} ms, p90 {s['p90']:.1f} ms" if s else "–")  # noqa: E731

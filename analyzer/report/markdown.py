@@ -13,6 +13,7 @@ MAX_STEP_ROWS = 24
 MAX_FINDINGS = 15
 MAX_REQUEST_ROWS = 24
 BASE_CAUSES = ("cpu_launch", "sync", "allocator", "queued")
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "atom": "ATOM"}
 CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop",
                  "warmup": "one-time", "unknown": "unexplained", "input_wait": "input", "host_compute": "host math"}
 
@@ -235,6 +236,8 @@ def _serving(report: dict) -> list[str]:
     if not serving.get("is_serving", latency or loop.get("count")):
         return []
     lines = ["#### Serving: per-request latency and per-step GPU utilization", ""]
+    if engine := engine_steps_text(serving.get("engine")):
+        lines += [engine, ""]
     if latency:
         opts = latency.get("options") or {}
         lines += [f"{latency['requests']} requests ({opts.get('arrival')} arrivals at {opts.get('rate')}/s, at most "
@@ -268,6 +271,19 @@ def _serving(report: dict) -> list[str]:
                        "idle: thread hop", "idle: sync"], rows)
         lines += _details(f"Per engine step, profiled ({len(steps)} steps)", body)
     return lines
+
+
+def engine_steps_text(engine: dict | None) -> str | None:
+    """A serving engine's annotated steps by phase in one sentence (report.json serving.engine)."""
+    if not engine:
+        return None
+    phases = [f"{p['steps']} {phase} step{'' if p['steps'] == 1 else 's'} ("
+              + ", ".join(f"{p[f'{k}_tokens']} {k} tokens" for k in ("prefill", "decode") if p[f"{k}_tokens"])
+              + f"{', ' if p['prefill_tokens'] or p['decode_tokens'] else ''}GPU utilization "
+              f"{fmt_pct(p['gpu_utilization'])}, {fmt_us(p['wall_us'])} of CPU span)"
+              for phase, p in engine["by_phase"].items()]
+    name = ENGINE_NAMES.get(engine["engine"], engine["engine"])
+    return f"Engine steps from {name}'s own annotations: " + "; ".join(phases) + "."
 
 
 def named_site(part: dict) -> str | None:

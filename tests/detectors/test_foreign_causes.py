@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzer import api
 from conftest import report_of
 from rawtrace import raw_events
 
@@ -105,3 +106,9 @@ def test_engine_step_annotations_are_steps_with_their_batch(name, batch):
     assert len(steps) == len(outer) == 1
     assert "engine step annotations" in report["gaps"]["step_source"]
     assert {k: steps[0]["batch"][k] for k in batch} == batch
+    engine = report["serving"]["engine"]
+    assert report["serving"]["is_serving"] and engine["steps"] == 1
+    (phase,) = engine["by_phase"].values()
+    assert phase["prefill_tokens"] == batch["prefill_tokens"]
+    assert phase["busy_us"] == pytest.approx(steps[0]["busy_us"], abs=0.01)
+    assert "own annotations" in api.render(report)["report.md"]
