@@ -9,11 +9,15 @@ out="${1:?usage: make_foreign_fixtures.sh OUT_DIR [NAME ...]}"
 shift
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-  names=(cold_first_forward dataloader_bound host_math_step compile_in_window cuda_activity_only
-         launches_without_gpu_activity)
+  names=(cold_first_forward dataloader_bound host_math_step compile_in_window compile_in_window_cuda_only
+         cuda_activity_only launches_without_gpu_activity)
 fi
 for name in "${names[@]}"; do
   mkdir -p "$out/$name"
   echo "== $name"
-  python3 "scripts/foreign/$name.py" "$out/$name/trace.json.gz"
+  if [ "$name" = compile_in_window_cuda_only ]; then
+    python3 scripts/foreign/compile_in_window.py "$out/$name/trace.json.gz" --cuda-only
+  else
+    python3 "scripts/foreign/$name.py" "$out/$name/trace.json.gz"
+  fi
 done

@@ -8,7 +8,8 @@ It also finds untraced time that a warmed-up process would not spend again, by w
   their builders, launched through the driver API, cuLaunchKernel / hipModuleLaunchKernel): the compile before it;
 - the first call on the thread of a scripted or compiled function (an op outside every `namespace::`, e.g. a
   TorchScript function or a torch.compile region): what its first calls do (profiling runs, optimization, compile).
-- the first run in the window of a kernel that runs again later without such a wait: the same work needed it once;
+- a run of a kernel whose later runs do not wait a tenth as long, where no earlier run of it waited less (it was not
+  yet steady: the first run, or the runs of a compile's autotuning): the same work needed the wait once;
 - any untraced wait in a cold step (a process's first iteration, at least half of it idle on one-time costs) that
   the later steps do not repeat.
 None where a later run of the same kernel waited a tenth as long or more: that wait recurs, whatever it is.
@@ -139,30 +140,34 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             out.append(piece)
             why.append(("cold step", f"in {steps.names[k]}, a cold step (later steps have no such wait)"))
             continue
-        if idle.end_ns[piece] != gaps.end_ns[g]:  # only the untraced time that runs up to the launch
+        dur = idle.end_ns[piece] - idle.start_ns[piece]
+        if gaps.end_ns[g] - idle.end_ns[piece] > dur:  # only untraced time that (nearly) runs up to the next work
             continue
         # the same kernel's runs launched in later steps: where one waited as long (a tenth or more), the wait
         # recurs and is not one-time; where none did, the first step's wait was a first-run cost
         same = gpu.name == gpu.name[nxt]
         later = np.flatnonzero(same & (step_of > step_of[nxt]))
-        if len(later) and wait_before[later].max() * RECURRING >= idle.end_ns[piece] - idle.start_ns[piece]:
-            continue
-        if len(later) and not (same & (step_of < step_of[nxt])).any():
-            out.append(piece)
-            why.append(("first run", f"before the first run of {_short(names[gpu.name[nxt]])} (its {len(later)} later "
-                                     f"runs did not wait)"))
+        if len(later) and wait_before[later].max() * RECURRING >= dur:
             continue
         if first_kernel[nxt] and driver[rt.name[launch]] and built[gpu.name[nxt]]:
-            kernel = names[gpu.name[nxt]]
             out.append(piece)
-            why.append(("JIT compilation", f"before the first launch of {_short(kernel)}"))
+            why.append(("JIT compilation", f"before the first launch of {_short(names[gpu.name[nxt]])}"))
+            continue
+        # ... and it is not yet steady: every earlier run of it waited about as long (none is the first run)
+        earlier = np.flatnonzero(same & (step_of < step_of[nxt]))
+        if len(later) and not (wait_before[earlier] * RECURRING < dur).any():
+            out.append(piece)
+            which = "the first run" if not len(earlier) else f"run {len(earlier) + 1}"
+            why.append(("first run", f"before {which} of {_short(names[gpu.name[nxt]])} (its {len(later)} later "
+                                     f"runs did not wait)"))
             continue
         op = int(rt.op[launch])
         outer = int(outermost_ops[op]) if op >= 0 else -1
         if outer >= 0 and outer in first_invocations and "::" not in names[ops.name[outer]]:
             out.append(piece)
             why.append(("first call", names[ops.name[outer]]))
-    return np.asarray(out, np.int64), why
+    order = np.argsort(out, kind="stable")
+    return np.asarray(out, np.int64)[order], [why[i] for i in order.tolist()]
 
 
 def cold_steps(idle, steps, recurring_spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

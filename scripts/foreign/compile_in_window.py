@@ -11,7 +11,10 @@ an 8.5 MB gzip trace, even with Dynamo/Inductor set up by another compile before
 the window), far past a small fixture; Dynamo's and Inductor's own
 record_function ranges still mark the compile.
 
-    python3 compile_in_window.py trace.json.gz
+    python3 compile_in_window.py trace.json.gz [--cuda-only]
+
+--cuda-only records CUDA activity alone (no CPU ops): the compile is then untraced host time before the first Triton
+kernel's launch.
 """
 import os
 import sys
@@ -41,7 +44,8 @@ def main():
 
     x = torch.randn(64, 1024, device=device)
     bias = torch.randn(1024, device=device)
-    activities = [ProfilerActivity.CPU]
+    cuda_only = "--cuda-only" in sys.argv[2:] and device == "cuda"
+    activities = [] if cuda_only else [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with torch.inference_mode():

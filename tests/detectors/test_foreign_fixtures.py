@@ -75,6 +75,22 @@ def test_a_compile_in_the_window_is_one_time():
     assert [f["call_site"] for f in r["findings"] if f["kind"] == "sync"] == ["cudaDeviceSynchronize (outside any op)"]
 
 
+def test_a_compile_with_no_cpu_ops_recorded_is_still_named_a_jit_compile():
+    """The same first compile recorded with CUDA activity only: nothing on the host but runtime calls. The long
+    untraced wait before the first launch of the Triton kernel (through cuLaunchKernel) is the compile, a one-time
+    cost, the largest finding; the trace check says the host side is missing."""
+    path = FIXTURES / "compile_in_window_cuda_only" / "trace.json.gz"
+    raw = [e for e in raw_events(path) if e.get("ph") == "X"]
+    assert not any(e.get("cat") in ("cpu_op", "python_function") for e in raw)
+    triton = min((e for e in raw if e.get("cat") == "kernel" and e["name"].startswith("triton_")), key=lambda e: e["ts"])
+    r = report("compile_in_window_cuda_only")
+    assert "host_side_recorded" in r["validity"]["warned"]
+    top = by_idle(r)[0]
+    assert top["kind"] == "warmup"
+    jit = [p for p in top["detail"]["breakdown"] if p["kind"] == "untraced JIT compilation"]
+    assert jit and triton["name"] in jit[0]["api"] and jit[0]["idle_us"] > 1e6
+
+
 def test_a_cold_first_forward_is_mostly_one_time_idle():
     """A fresh process's first forward (lazy module loading, cuDNN autotuning): the one-time finding explains the
     largest share of the idle."""
