@@ -12,7 +12,7 @@ from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, se
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.units import us
 from analyzer.views.frames import FrameKind, describe_frame
-from analyzer.views.host_during import LONG_NS, TRACED_SHARE
+from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
 from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
 from analyzer.views.timeline import merge_intervals
@@ -59,12 +59,14 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     untraced: dict[int, int] = defaultdict(int)  # ns of the group's pieces that nothing recorded inside covers
     bare: dict[int, bool] = {}  # the group's pieces have no recorded context at all (named by the next launch)
     during = ctx.host_during
+    owner_of: dict[int, int] = {}
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
         key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
+        owner_of[piece] = owner
         d = during.of(piece)
         # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
-        if d >= 0 and during.traced_share[d] < TRACED_SHARE and key >> 60 != KIND_OP:
+        if d >= 0 and during.untraced[d] and key >> 60 != KIND_OP:
             untraced[key] += int(hi[i] - lo[i])
         bare[key] = bare.get(key, True) and span is None
         if owner >= 0:
@@ -78,9 +80,16 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
         lead_frame = int(at_middle[np.searchsorted(sel, lead)])
         site = describe_site(ctx, key, lead_frame)
         durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in members]
+        d = during.of(lead)
+        inner = int(during.frame[d]) if d >= 0 else -1  # the innermost frame spanning the longest piece
+        inner_name = model.names[model.frames.name[inner]] if inner >= 0 else ""
+        # (Kineto also records a call through a function object as `<function f at 0x...>`: the same function)
+        innermost = describe_frame(inner_name) if inner >= 0 and not inner_name.startswith("<function ") \
+            and _below(model.frames, inner, owner_of[lead]) else None
         out.append(({"call_site": site["label"], "site": site, "count": len(members),
                      "idle_us": round(sum(durations), 3), "max_us": max(durations),
                      "untraced_us": us(untraced[key]), "recorded_context": not bare[key],
+                     "innermost": innermost if innermost != site["label"] else None,
                      "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
                      "launch_site": describe_site(ctx, int(piece_site_keys(ctx, np.array([lead]))[0]))["label"],
                      "libraries": _library_children(ctx, owners.get(key, [])),
@@ -89,6 +98,16 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                         np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
+
+
+def _below(frames, row: int, ancestor: int) -> bool:
+    """Whether the frame row runs inside (strictly below) the ancestor frame row."""
+    hops, row = 0, int(frames.parent[row])
+    while row >= 0 and hops < 256:  # the bound also guards a malformed (cyclic) parent chain
+        if row == ancestor:
+            return True
+        row, hops = int(frames.parent[row]), hops + 1
+    return False
 
 
 def _library_children(ctx: AnalysisContext, owned: list[tuple[int, int, int]]) -> list[dict]:
@@ -251,7 +270,8 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
         if not untraced:
             what, advice = f"while the CPU ran {h['call_site']}", _host_work_advice(h["site"], graphs_replayed)
         elif h["recorded_context"]:
-            what = f"in untraced host time inside {h['call_site']} (nothing recorded under it)"
+            inner = f" → {h['innermost']}" if h.get("innermost") else ""
+            what = f"in untraced host time inside {h['call_site']}{inner} (nothing recorded under it)"
             advice = UNTRACED_ADVICE
         else:
             what = f"in untraced host time (nothing recorded on the launching thread) before {h['call_site']}"

@@ -325,7 +325,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         per_step = [v for name, v in s["per_step"].items() if name != "(outside steps)"]
         every = (f", {max(per_step)}x per {ctx.traits.step_word}"
                  + (f" in {len(per_step)} of {len(steps)} steps" if len(steps) > 1 else "")) \
-            if per_step and len(steps) else ""
+            if per_step and len(steps) > 1 else ""  # with one step, "per step" says nothing more
         unrecorded = s["unrecorded_wait_us"] >= s["drain_us"] / 2 > 0
         unseen = f", {fmt_us(s['unrecorded_wait_us'])} of it waiting for no recorded GPU work" if unrecorded else ""
         findings.append(Finding(

@@ -40,7 +40,8 @@ class HostDuring:
     frame: np.ndarray  # innermost Python frame spanning the whole piece on the launching thread, -1 none
     op: np.ndarray  # innermost op (annotations included) spanning it, -1 none
     call: np.ndarray  # runtime call spanning it, -1 none
-    traced_share: np.ndarray  # share of the piece covered by events that start or end inside it
+    traced_share: np.ndarray  # share of the piece covered by events that ended inside it
+    untraced: np.ndarray  # bool: untraced host time (below)
 
     def of(self, piece: int) -> int:
         """Position of an idle piece in these arrays, -1 if it is not described."""
@@ -57,12 +58,28 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
     if not len(pieces) or not len(rt):
         empty = np.zeros(0, np.int64)
-        return HostDuring(empty, empty, empty, empty, np.zeros(0))
+        return HostDuring(empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool))
     pid, tid = rt.pid[launch], rt.tid[launch]
     tables = (model.frames, model.ops, rt)
-    spanning = [_spanning(table, pid, tid, lo, hi) for table in tables]
-    covered = _covered_inside(tables, pid, tid, lo, hi)
-    return HostDuring(pieces, spanning[0], spanning[1], spanning[2], covered / np.maximum(hi - lo, 1))
+    frame, op, call = (_spanning(table, pid, tid, lo, hi) for table in tables)
+    share = _covered_inside(tables, pid, tid, lo, hi) / np.maximum(hi - lo, 1)
+    return HostDuring(pieces, frame, op, call, share, _untraced(model, frame, op, call, share))
+
+
+def _untraced(model: TraceModel, frame, op, call, share) -> np.ndarray:
+    """Untraced host time: under TRACED_SHARE covered by events that ended inside it, and not inside a recorded
+    C++ call that spans it (a library op `ns::name`, a C function's frame `<built-in ...>`, a runtime call): that one's
+    own code is what ran. A step annotation or a scripted function (an op outside every namespace, e.g. a TorchScript
+    function) spanning it does not say what ran."""
+    names = model.names
+    ops, frames = model.ops, model.frames
+    in_op = np.zeros(len(op), bool)
+    for i in np.flatnonzero(op >= 0).tolist():
+        in_op[i] = not ops.is_annotation[op[i]] and "::" in names[ops.name[op[i]]]
+    in_c = np.zeros(len(frame), bool)
+    for i in np.flatnonzero(frame >= 0).tolist():
+        in_c[i] = names[frames.name[frame[i]]].startswith(("<built-in", "<method"))
+    return (share < TRACED_SHARE) & ~in_op & ~in_c & (call < 0)
 
 
 def _spanning(table, pid, tid, lo, hi) -> np.ndarray:
@@ -74,7 +91,15 @@ def _spanning(table, pid, tid, lo, hi) -> np.ndarray:
     keys, query = thread_keys([table.pid[near], pid], [table.tid[near], tid])
     found = Intervals(keys, table.start_ns[near], table.end_ns[near], sorted_by_start=True).innermost_enclosing(
         query, lo, hi)
-    return np.where(found >= 0, near[np.maximum(found, 0)], -1)
+    row = np.where(found >= 0, near[np.maximum(found, 0)], -1)
+    # that is the innermost holding the piece's start: up its parents (frames, ops) to one that also holds its end
+    parent = getattr(table, "parent", None)
+    for i in np.flatnonzero(row >= 0).tolist():
+        r, hops = int(row[i]), 0
+        while r >= 0 and table.end_ns[r] < hi[i] and hops < 256:
+            r, hops = (int(parent[r]) if parent is not None else -1), hops + 1
+        row[i] = r if r >= 0 and table.end_ns[r] >= hi[i] else -1
+    return row
 
 
 def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
@@ -117,7 +142,7 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
     """The described pieces of untraced host time that a warmed-up process would not spend again, and per piece its
     (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op)."""
     rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
-    untraced = np.flatnonzero(during.traced_share < TRACED_SHARE)
+    untraced = np.flatnonzero(during.untraced)
     out, why = [], []
     if not len(untraced):
         return np.zeros(0, np.int64), why
@@ -195,7 +220,7 @@ def _cold_steps(idle, steps, during: HostDuring, recurring_spans) -> tuple[np.nd
         return np.zeros(0, bool), np.full(len(during.pieces), -1, np.int64)
     cold = cold_steps(idle, steps, recurring_spans)
     piece_step = steps.index_at(idle.start_ns[during.pieces]) if len(during.pieces) else np.zeros(0, np.int64)
-    untraced = during.traced_share < TRACED_SHARE
+    untraced = during.untraced
     longest = np.zeros(len(steps), np.int64)
     mine = untraced & (piece_step >= 0)
     np.maximum.at(longest, piece_step[mine], idle.duration_ns[during.pieces[mine]])
