@@ -83,6 +83,7 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
     if ctx.graphs.captured:
         advice += (f" {ctx.traits.graph_word} capture is start-up work too: profile a window where the captured "
                    f"graphs are replayed.")
+    advice += _specific_advice(ctx, data["breakdown"])
     return [Finding(
         kind="warmup", severity=severity_for(impact, window_us),
         title=f"One-time costs in the profiled window: {what}",
@@ -90,6 +91,27 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         detail={"breakdown": data["breakdown"]},
         occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()),
         fix=_once(pieces_fix(ctx, sel, "the one-time costs paid before the window (a warmed-up run)")))]
+
+
+LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "hipLaunchKernel",
+               "hipModuleLaunchKernel")
+
+
+def _specific_advice(ctx: AnalysisContext, breakdown: list[dict]) -> str:
+    """What fits the one-time costs this window holds: compiles, lazy module loading, a serving engine's first
+    requests."""
+    kinds = {p["kind"] for p in breakdown}
+    out = ""
+    if kinds & {"JIT compilation", "untraced JIT compilation", "untraced first call"}:
+        out += (" Compile before the profiled region: call the compiled (or scripted) function on representative "
+                "inputs first, so Dynamo/Inductor/Triton's compile, or TorchScript's profiling runs and fusion on a "
+                "scripted function's first two calls, stay out of the window.")
+    if any(p["kind"] == "first call" and p["api"] in LAUNCH_APIS for p in breakdown):
+        out += (" A kernel's first launch loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA "
+                "11.7): CUDA_MODULE_LOADING=EAGER moves that to start-up, at some start-up time and memory.")
+    if "engine step annotations" in ctx.steps.source:
+        out += " For a serving engine, send warm-up requests (each batch and prompt-length bucket) before profiling."
+    return out
 
 
 def _once(fix):

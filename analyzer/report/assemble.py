@@ -21,6 +21,7 @@ from analyzer.views.whatif import evaluate
 from analyzer.trace import GpuKind, TraceModel
 
 REPORT_SCHEMA = "gpu-idle-analyzer/report/1"
+DEVICE_FREE_KINDS = frozenset({"recompile", "graph_break"})
 
 
 def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = None) -> dict:
@@ -28,8 +29,10 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     started = time.perf_counter() if started is None else started
     model, meta = ctx.model, ctx.meta
     results = [detect(ctx) for detect in DETECTORS]
-    # with no GPU timeline there is no idle to explain: a finding would state the cost of nothing
-    findings = _ranked([f for r in results for f in r.findings]) if ctx.timeline.devices else []
+    # with no GPU timeline there is no idle to explain: only findings about the code itself (torch.compile's
+    # recompiles and graph breaks, which a CPU run makes too) are stated
+    findings = _ranked([f for r in results for f in r.findings
+                        if ctx.timeline.devices or f.kind in DEVICE_FREE_KINDS])
     what_if, savings = evaluate(ctx, findings)
     checks = validity_checks(ctx, _dilation(ctx, ctx.step_table))
     tl = ctx.timeline
