@@ -198,8 +198,10 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 f"outside the graphs{_where_eager(per_step)}: capture those too (a graph per prefill shape bucket, "
                 f"sampling inside the graph), or take that work off the step's critical path.")
     if share < MINOR_SHARE:
-        return (f"Launch gaps are a small share of this window (under {MINOR_SHARE:.0%}): the CPU keeps work queued "
-                f"most of the time. Look at the larger findings first.")
+        busy = ctx.timeline.busy_ns >= 0.5 * ctx.timeline.window_ns
+        return (f"Launch gaps are a small share of this window (under {MINOR_SHARE:.0%})"
+                + (": the CPU keeps work queued most of the time." if busy else
+                   ": the GPU's idle time is mostly elsewhere.") + " Look at the larger findings first.")
     if traits.training:
         compile_advice = ("The model already runs torch.compile graphs (CompiledFunction), whose kernels are still "
                           "launched one by one: mode=\"reduce-overhead\" replays them as CUDA graphs" if traits.compiled
