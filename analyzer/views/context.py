@@ -10,6 +10,7 @@ import numpy as np
 
 from analyzer.arrays import distinct
 from analyzer.trace import TraceModel
+from analyzer.trace.joins import thread_keys
 from analyzer.trace.runmeta import RunMeta
 from analyzer.trace.snapshot import MemorySnapshot
 from analyzer.views import apis
@@ -120,7 +121,8 @@ class AnalysisContext:
         run-time-built kernel's first launch, a scripted function's first call), with why: cause warmup."""
         gaps, idle = self._classified
         return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
-                                 first_invocations(self.model, self.outermost_ops), self.steps, self.recompile_spans)
+                                 lambda: first_invocations(self.model, self.outermost_ops), self.steps,
+                                 self.recompile_spans)
 
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:
@@ -232,9 +234,13 @@ class AnalysisContext:
         start, end, pid, tid = (np.concatenate(x) for x in zip(*spans))
         if not len(start) or not len(rows):
             return np.zeros(0, np.int64)
+        span_key, row_key = thread_keys([pid, rt.pid[rows]], [tid, rt.tid[rows]])
         inside = np.zeros(len(rows), bool)
-        for s, e, p, t in zip(start.tolist(), end.tolist(), pid.tolist(), tid.tolist()):
-            inside |= (rt.start_ns[rows] >= s) & (rt.end_ns[rows] <= e) & (rt.pid[rows] == p) & (rt.tid[rows] == t)
+        for key in distinct(span_key).tolist():  # per thread: the spans' union, searched by each call's start
+            s, e = merge_intervals(start[span_key == key], end[span_key == key])
+            mine = np.flatnonzero(row_key == key)
+            i = np.searchsorted(s, rt.start_ns[rows[mine]], side="right") - 1
+            inside[mine] = (i >= 0) & (rt.end_ns[rows[mine]] <= e[np.maximum(i, 0)])
         return rows[inside]
 
     @functools.cached_property

@@ -17,7 +17,9 @@ None where a later run of the same kernel waited a tenth as long or more: that w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+from typing import Callable
 
 import numpy as np
 
@@ -137,11 +139,13 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
 
 
 def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermost_ops: np.ndarray,
-                      first_invocations: np.ndarray, steps,
+                      first_invocations: Callable[[], np.ndarray], steps,
                       recurring_spans) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """The described pieces of untraced host time that a warmed-up process would not spend again, and per piece its
-    (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op)."""
+    (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op).
+    first_invocations is called only where a piece needs it (a sort of every outermost op)."""
     rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
+    first_invocations = functools.cache(first_invocations)
     untraced = np.flatnonzero(during.untraced)
     out, why = [], []
     if not len(untraced):
@@ -188,7 +192,7 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             continue
         op = int(rt.op[launch])
         outer = int(outermost_ops[op]) if op >= 0 else -1
-        if outer >= 0 and outer in first_invocations and "::" not in names[ops.name[outer]]:
+        if outer >= 0 and "::" not in names[ops.name[outer]] and outer in first_invocations():
             out.append(piece)
             why.append(("first call", names[ops.name[outer]]))
     order = np.argsort(out, kind="stable")
