@@ -124,8 +124,8 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
     for i in range(len(lo)):
         k, a, b = q_key[i], lo[i], hi[i]
         j0, j1 = np.searchsorted(ke, k, "left"), np.searchsorted(ke, k, "right")
-        first = j0 + np.searchsorted(e_sorted[j0:j1], a, "right")
-        rows = by_end[first:j0 + np.searchsorted(e_sorted[j0:j1], b, "left")]
+        lo_i = j0 + np.searchsorted(e_sorted[j0:j1], a, "right")
+        rows = by_end[lo_i:j0 + np.searchsorted(e_sorted[j0:j1], b, "left")]
         if not len(rows):
             continue
         seg_s, seg_e = np.maximum(starts[rows], a), ends[rows]
@@ -141,9 +141,10 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
 def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermost_ops: np.ndarray,
                       first_invocations: Callable[[], np.ndarray], steps,
                       recurring_spans) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """The described pieces of untraced host time that a warmed-up process would not spend again, and per piece its
-    (kind, what) for the report: ("JIT compilation", "before the first launch of <kernel>") or ("first call", op).
-    first_invocations is called only where a piece needs it (a sort of every outermost op)."""
+    """The described pieces of untraced host time that a warmed-up process would not spend again (the rules in this
+    module's docstring), and per piece its (kind, what) for the report: ("cold step", ...), ("JIT compilation",
+    "before the first launch of <kernel>"), ("first run", ...) or ("first call", op). first_invocations is called
+    only where a piece needs it (a sort of every outermost op)."""
     rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
     first_invocations = functools.cache(first_invocations)
     untraced = np.flatnonzero(during.untraced)
