@@ -14,6 +14,7 @@ import numpy as np
 from analyzer.units import fmt_pct, fmt_us
 
 RESAMPLES = 2000
+EXPLAINED_SHARE = 0.25  # predicted and measured savings this close (or within the noise): the fix explains the change
 MIN_STEPS = 4  # fewer step samples per run give no band
 # which way is better for each compared metric (True: higher is better)
 HIGHER_IS_BETTER = {"gpu_utilization": True, "gpu_busy_us": None, "gpu_idle_us": False, "window_us": None,
@@ -94,9 +95,10 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
     top = [f for f in d["findings"] if not f.get("child")]
     fixed = sorted((f for f in top if f["status"] == "fixed"), key=lambda f: -(f["impact_before_us"] or 0))
     new = sorted((f for f in top if f["status"] == "new"), key=lambda f: -(f["impact_after_us"] or 0))
+    attribution = _attribution(fixed, step)
     if fixed:
         parts.append(f"{len(fixed)} finding{'s' * (len(fixed) > 1)} fixed (largest: {fixed[0]['title_before']}"
-                     f"{_predicted(fixed, step)})")
+                     f"{_predicted(attribution)})")
     if new:
         parts.append(f"{len(new)} new (largest: {new[0]['title_after']})")
     u = d["summary"]["gpu_utilization"]
@@ -113,19 +115,54 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
         outcome = "unchanged"
     lead = {"better": "Better", "worse": "Worse", "mixed": "Mixed", "unchanged": "No clear change"}[outcome]
     return {"outcome": outcome, "headline": f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}.",
-            "step": step}
+            "step": step, "attribution": attribution}
 
 
-def _predicted(fixed: list[dict], step: dict | None) -> str:
-    """`; predicted to save 0.39 ms per step, measured 0.41 ms`: the before-run's what-if for the fixed findings
-    (the sum: each was priced alone, so the sum is an estimate), next to what the step time did."""
+def _attribution(fixed: list[dict], step: dict | None) -> dict | None:
+    """How much of the measured step change the fixed findings' predicted savings explain (the before-run's what-if,
+    summed: each was priced alone, so the sum is an estimate). They explain it when the two differ by no more than
+    the change's noise (half the steps' 95% interval, or the sessions' spread, the larger) or 25% of the change."""
     savings = [f["saving_before_ms"] for f in fixed if f.get("saving_before_ms") is not None]
     if not savings:
+        return None
+    predicted = sum(savings) * 1e3
+    out = {"predicted_us": round(predicted, 3), "measured_us": None, "noise_us": None, "unexplained_us": None,
+           "explained": None}
+    if not step:
+        return out
+    before, measured = step["before_us"], step["before_us"] - step["after_us"]
+    noise = 0.0
+    if step.get("interval"):
+        lo, hi = step["interval"]
+        noise = before * (hi - lo) / 2
+    noise = max(noise, before * (step.get("session_spread") or 0.0))
+    unexplained = measured - predicted
+    out.update({"measured_us": round(measured, 3), "noise_us": round(noise, 3), "unexplained_us": round(unexplained, 3),
+                "explained": abs(unexplained) <= max(noise, EXPLAINED_SHARE * abs(measured))})
+    return out
+
+
+def _predicted(attribution: dict | None) -> str:
+    """`; predicted to save 0.39 ms per step, measured 0.41 ms`; where the fixed findings do not explain the change,
+    how much of it they leave unexplained, without calling the fix its reason."""
+    if not attribution:
         return ""
-    text = f"; predicted to save {fmt_us(sum(savings) * 1e3)} per step"
-    if step:
-        text += f", measured {fmt_us(step['before_us'] - step['after_us'])}"
-    return text
+    text = f"; predicted to save {fmt_us(attribution['predicted_us'])} per step"
+    measured = attribution["measured_us"]
+    if measured is None:
+        return text
+    if attribution["explained"]:
+        return text + f", measured {fmt_us(measured)}"
+    why = "other changes between the runs, or the host's speed between captures"
+    if measured <= 0:
+        return (text + f", but the step grew by {fmt_us(-measured)}: the fixed findings do not explain the change "
+                       f"({why})")
+    rest = attribution["unexplained_us"]
+    if rest > 0:
+        return (text + f" of the {fmt_us(measured)} measured: {fmt_us(rest)} ({rest / measured:.0%}) of the change is "
+                       f"not explained by the fixed findings ({why})")
+    return (text + f", measured only {fmt_us(measured)}: the fix bought less than predicted, or other changes took "
+                   f"back part of it ({why})")
 
 
 def is_improvement(metric: str, before, after) -> bool | None:
