@@ -216,11 +216,23 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                 f"from a torch.compile graph: its kernels are fused but still launched one by one from Python. "
                 f"Compile with mode=\"reduce-overhead\" to replay the {step} as a {word} (keep its inputs at static "
                 f"addresses), or batch more work per step." + _engine_hint(ctx))
+    loop = ctx.inner_loop
+    if loop is not None and _host_bound_share(ctx) < HOST_BOUND_SHARE:
+        capture = (f"Each {step} runs a loop of its own ({loop.segments} segments between host syncs whose kernels "
+                   f"recur, {loop.share:.0%} of its launches; e.g. one forward per generated token): capture one "
+                   f"iteration in a {word} and replay it per iteration, with its inputs and cache at fixed addresses "
+                   f"(torch.cuda.CUDAGraph, or torch.compile(mode=\"reduce-overhead\") on the iteration's function; "
+                   f"in transformers, generate() with cache_implementation=\"static\" compiles the forward it runs per "
+                   f"new token so). The work that "
+                   f"runs once per {step} (the prefill) stays eager; a single graph of the whole {step} cannot hold "
+                   f"the host syncs between iterations.")
+    else:
+        capture = (f"Capture the {step} in a {word} (torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), "
+                   f"batch more work per step, or fuse small ops.")
     advice = (f"The GPU finishes each kernel before Python has launched the next: the {step} is bound by eager "
-              f"launch overhead (Python, dispatcher, the launch call). Capture the {step} in a {word} "
-              f"(torch.cuda.CUDAGraph / torch.compile(mode=\"reduce-overhead\")), batch more work per step, or fuse "
-              f"small ops." + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
-                               "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
+              f"launch overhead (Python, dispatcher, the launch call). {capture}"
+              + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
+                 "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
     if _host_bound_share(ctx) >= HOST_BOUND_SHARE:
         advice += (f" The {step} also computes on host tensors or waits for input (the host-compute and input-wait "
                    f"findings): a {word} holds only GPU work, so that host work has to move to the GPU (or off the "

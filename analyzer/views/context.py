@@ -25,11 +25,13 @@ from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_in
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.queued import QueuedWaits, queued_waits
+from analyzer.views.graphable import InnerLoop
 from analyzer.views.replay import ReplayModel, build_replay
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline, merge_intervals
 from analyzer.views.traits import TraceTraits, is_compiled_region, trace_traits
+from analyzer.views.whatif import loop_of, measure_for
 
 
 HOST_OP_MIN_NS = 50_000  # a host-only op this long is math, not the dispatcher's few µs of launch overhead
@@ -287,6 +289,14 @@ class AnalysisContext:
     def replay(self) -> ReplayModel:
         """The trace as a replay model: `replay.run(removed=..., no_wait=...)` replays it with CPU time taken out."""
         return build_replay(self.model, self.blocking, self.steps)
+
+    @functools.cached_property
+    def inner_loop(self) -> InnerLoop | None:
+        """The loop inside the measured steps that CUDA graphs would replay (analyzer.views.graphable), None where the
+        whole step is the graph or the replay cannot model the trace: what the launch fix prices and advises."""
+        if self.replay.limits:
+            return None
+        return loop_of(self, self.replay, measure_for(self))
 
     @functools.cached_property
     def memory_series(self) -> tuple[MemorySeries, ...]:

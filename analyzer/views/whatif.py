@@ -247,8 +247,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         overhead, world_step = model.cut(()), profiled
         basis = "profiled"
     node_gap, gap_source = graph_node_gap_ns(model)
-    loop = loop_of(ctx, model, measure) if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) \
-        else None
+    loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 
     def fixed_step(fix: Fix) -> float:
         if fix.as_graphs and loop is not None:

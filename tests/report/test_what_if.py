@@ -209,3 +209,15 @@ def test_calibration_uses_the_unprofiled_timing_nearest_the_profiled_window():
     report = report_of(HERE / "fixtures" / "h200" / "decode")
     prof = report["what_if"]["profiler"]
     assert prof["measured_by"] == "meta.json unprofiled.step_ms.p50"
+
+
+@pytest.mark.parametrize("name,loop", [("h200_extra/hf_generate", True), ("h200/decode", False)])
+def test_launch_advice_follows_the_fix_that_was_priced(name, loop):
+    """Where the launch fix is priced as the loop inside each step replayed as graphs (generate(): one forward per
+    new token between host syncs), the advice says to capture one iteration, not the whole step; where the whole step
+    is the graph (a decode loop), it says to capture the step."""
+    launch = next(f for f in report_of(HERE / "fixtures" / name)["findings"] if f["id"] == "launch_overhead")
+    priced_as_loop = "recurs inside each" in launch["what_if"]["fix"]
+    assert priced_as_loop == loop
+    assert ("capture one iteration" in launch["advice"]) == loop
+    assert ("Capture the" in launch["advice"] and "step in a CUDA graph" in launch["advice"]) == (not loop)
