@@ -24,17 +24,22 @@ ADVICE = ("Dynamo compiled this function again for a new input (or after its cac
 def detect(ctx: AnalysisContext) -> DetectorResult:
     c, fr, idle = ctx.compiles, ctx.model.frames, ctx.idle
     pieces = ctx.recompile_pieces
-    by_caller: dict[int, list[int]] = defaultdict(list)  # by the calling function's name: one site, one finding
+    # by the compiled function and its caller (names): one site, one finding
+    by_caller: dict[tuple[int, int], list[int]] = defaultdict(list)
+    compiled = c.compiled if c.compiled is not None else np.full(len(c), -1)
     for k in np.flatnonzero(c.recompile).tolist():
-        by_caller[int(fr.name[c.caller[k]]) if c.caller[k] >= 0 else -1].append(k)
+        by_caller[(int(fr.name[compiled[k]]) if compiled[k] >= 0 else -1,
+                   int(fr.name[c.caller[k]]) if c.caller[k] >= 0 else -1)].append(k)
     sites = []
     mid = idle.start_ns[pieces] + (idle.end_ns[pieces] - idle.start_ns[pieces]) // 2
-    for caller, ks in by_caller.items():
+    for (function, caller), ks in by_caller.items():
         inside = np.zeros(len(pieces), bool)
         for k in ks:
             inside |= (mid >= c.start_ns[k]) & (mid < c.end_ns[k])
         ids = [f"{c.dynamo_frame[k]}/{c.attempt[k]}" for k in ks if c.attempt[k] >= 0]
-        sites.append({"call_site": describe_frame(ctx.model.names[caller]) if caller >= 0 else None, "count": len(ks),
+        sites.append({"call_site": describe_frame(ctx.model.names[caller]) if caller >= 0 else None,
+                      "function": describe_frame(ctx.model.names[function]) if function >= 0 else None,
+                      "count": len(ks),
                       "compile_ids": ids, "compile_us": us(int((c.end_ns[ks] - c.start_ns[ks]).sum())),
                       "idle_us": us(int(idle.duration_ns[pieces[inside]].sum())), "pieces": pieces[inside],
                       "occurrences": [(us(c.start_ns[k]), us(c.end_ns[k])) for k in ks[:16]]})
@@ -48,13 +53,14 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         span = f" (compile ids {ids[0]}–{ids[-1]})" if len(ids) > 1 else f" (compile id {ids[0]})" if ids else ""
         verb = "recompiled" if ids and all(not i.endswith("/0") for i in ids) else "compiled"
         after = f" after {steps_before} unprofiled steps of the same workload" if c.after_warmup else ""
+        what = f" {s['function']}" if s["function"] else ""
         findings.append(Finding(
             kind="recompile", id=f"recompile.{k}", call_site=s["call_site"],
             severity=severity_for(s["idle_us"], window_us) if window_us else "medium",
-            title=f"torch.compile {verb} {s['count']}x in the window{after}{where}{span}: "
+            title=f"torch.compile {verb}{what} {s['count']}x in the window{after}{where}{span}: "
                   f"{fmt_us(s['compile_us'])} of compiling",
             impact_us=s["idle_us"], count=s["count"], advice=ADVICE,
-            detail={"compile_ids": s["compile_ids"], "compile_us": s["compile_us"],
+            detail={"compile_ids": s["compile_ids"], "compile_us": s["compile_us"], "function": s["function"],
                     "first_compiles": int((~c.recompile).sum())},
             occurrences_us=tuple(s["occurrences"]),
             fix=pieces_fix(ctx, s["pieces"], "the recompiles gone (dynamic shapes, or a few padded sizes)")))

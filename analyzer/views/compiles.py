@@ -19,6 +19,8 @@ from analyzer.trace.joins import thread_keys
 from analyzer.views.frames import FrameIndex
 
 COMPILE_FRAME = re.compile(r"(^|/)torch/_dynamo/convert_frame\.py\(\d+\): _compile$")
+CONVERT_FRAME = re.compile(r"(^|/)torch/_dynamo/convert_frame\.py\(\d+\): ")
+TORCH_FRAME = re.compile(r"(^|/)torch/")
 COMPILE_OP = re.compile(r"^(dynamo|entire_frame_compile|_compile\.compile_inner \(dynamo_timed\))$")
 COMPILE_ID = re.compile(r"^(?:dynamo_data|entire_frame_compile_data): (?:.*, )?compile_id=(\d+)/(\d+)")
 
@@ -34,6 +36,7 @@ class Compiles:
     caller: np.ndarray  # the user frame that called the compiled function, -1 none
     recompile: np.ndarray  # bool
     after_warmup: bool  # the capture ran the same steps unprofiled before the window (meta.json)
+    compiled: np.ndarray = None  # the frame of the function Dynamo compiled, run right after the compile, -1 none
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -90,4 +93,26 @@ def compiles(model: TraceModel, index: FrameIndex, *, after_warmup: bool = False
         if attempt[k] < 0 and key >= 0:
             recompile[k] |= key in seen
         seen.add(key)
-    return Compiles(start, end, frame_rows, op_rows, dyn, attempt, caller, recompile, after_warmup)
+    compiled = np.array([_compiled_function(model, r) for r in frame_rows.tolist()], np.int64)
+    return Compiles(start, end, frame_rows, op_rows, dyn, attempt, caller, recompile, after_warmup, compiled)
+
+
+def _compiled_function(model: TraceModel, compile_row: int) -> int:
+    """The frame of the function a compile was for: Dynamo's frame callback (convert_frame.py's frames above
+    `_compile`) runs when that function's frame is entered, and the function's own frame, now running the compiled
+    bytecode, follows it under the same parent (e.g. eval_frame.py's compile_wrapper). -1 where none is recorded."""
+    if compile_row < 0:
+        return -1
+    fr, names = model.frames, model.names
+    top, hops = compile_row, 0
+    while fr.parent[top] >= 0 and CONVERT_FRAME.search(names[fr.name[fr.parent[top]]]) and hops < 64:
+        top, hops = int(fr.parent[top]), hops + 1
+    parent = int(fr.parent[top])
+    if parent < 0:
+        return -1
+    after = np.flatnonzero((fr.parent == parent) & (fr.start_ns >= fr.end_ns[top]))
+    for row in after[np.argsort(fr.start_ns[after], kind="stable")][:8].tolist():
+        name = names[fr.name[row]]
+        if not name.startswith("<") and not TORCH_FRAME.search(name):
+            return row
+    return -1

@@ -15,6 +15,7 @@ from analyzer import api
 from analyzer.trace.runmeta import RunMeta
 from analyzer.views.graph_breaks import graph_breaks
 from conftest import run_cli
+from rawtrace import raw_events
 
 HERE = Path(__file__).resolve().parents[1]
 H100 = HERE / "fixtures" / "h100_compile"
@@ -118,3 +119,15 @@ def test_graph_breaks_are_found_on_a_cpu_capture(tmp_path_factory):
     assert len(breaks) >= 4 and set(breaks.site) == {"workloads/decode_graph_break.py:17"}
     assert set(breaks.function) == {"confident_sample"}
     assert (breaks.eager_end_ns > breaks.eager_start_ns).all()
+
+
+def test_the_finding_names_the_function_dynamo_compiled_and_its_caller():
+    """With Python stacks the compiled function's own frame runs right after Dynamo's callback, under the same
+    torch.compile wrapper: the finding names it (repetition_penalty, the compiled helper), not only the function
+    that called it (step)."""
+    trace = H100 / "compile_recompile" / "rank0.trace.json.gz"
+    raw = [e for e in raw_events(trace) if e.get("cat") == "python_function"]
+    assert any(e["name"].endswith(": repetition_penalty") for e in raw)
+    (f,) = recompile_findings(analyze(H100 / "compile_recompile"))
+    assert f["detail"]["function"].startswith("repetition_penalty() (defined at workloads/decode_recompile.py:")
+    assert "compiled repetition_penalty()" in f["title"] and "called from step()" in f["title"]
