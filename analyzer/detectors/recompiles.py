@@ -26,9 +26,8 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     pieces = ctx.recompile_pieces
     # by the compiled function and its caller (names): one site, one finding
     by_caller: dict[tuple[int, int], list[int]] = defaultdict(list)
-    compiled = c.compiled if c.compiled is not None else np.full(len(c), -1)
     for k in np.flatnonzero(c.recompile).tolist():
-        by_caller[(int(fr.name[compiled[k]]) if compiled[k] >= 0 else -1,
+        by_caller[(int(fr.name[c.compiled[k]]) if c.compiled[k] >= 0 else -1,
                    int(fr.name[c.caller[k]]) if c.caller[k] >= 0 else -1)].append(k)
     sites = []
     mid = idle.start_ns[pieces] + (idle.end_ns[pieces] - idle.start_ns[pieces]) // 2

@@ -35,8 +35,8 @@ class Compiles:
     attempt: np.ndarray  # N of compile id F/N, -1 unknown
     caller: np.ndarray  # the user frame that called the compiled function, -1 none
     recompile: np.ndarray  # bool
+    compiled: np.ndarray  # the frame of the function Dynamo compiled, run right after the compile, -1 none
     after_warmup: bool  # the capture ran the same steps unprofiled before the window (meta.json)
-    compiled: np.ndarray = None  # the frame of the function Dynamo compiled, run right after the compile, -1 none
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -94,7 +94,7 @@ def compiles(model: TraceModel, index: FrameIndex, *, after_warmup: bool = False
             recompile[k] |= key in seen
         seen.add(key)
     compiled = np.array([_compiled_function(model, r) for r in frame_rows.tolist()], np.int64)
-    return Compiles(start, end, frame_rows, op_rows, dyn, attempt, caller, recompile, after_warmup, compiled)
+    return Compiles(start, end, frame_rows, op_rows, dyn, attempt, caller, recompile, compiled, after_warmup)
 
 
 def _compiled_function(model: TraceModel, compile_row: int) -> int:
@@ -110,8 +110,10 @@ def _compiled_function(model: TraceModel, compile_row: int) -> int:
     parent = int(fr.parent[top])
     if parent < 0:
         return -1
-    after = np.flatnonzero((fr.parent == parent) & (fr.start_ns >= fr.end_ns[top]))
-    for row in after[np.argsort(fr.start_ns[after], kind="stable")][:8].tolist():
+    # the parent's children that start after the callback: frames are in start order, so search that span alone
+    lo, hi = np.searchsorted(fr.start_ns, [fr.end_ns[top], fr.end_ns[parent]], side="left")
+    after = lo + np.flatnonzero(fr.parent[lo:hi] == parent)
+    for row in after[:8].tolist():
         name = names[fr.name[row]]
         if not name.startswith("<") and not TORCH_FRAME.search(name):
             return row

@@ -119,8 +119,9 @@ class AnalysisContext:
 
     @functools.cached_property
     def untraced_one_time(self) -> tuple[np.ndarray, list[tuple[str, str]]]:
-        """Untraced launch-gap pieces that a warmed-up process would not spend again (a JIT compile before a
-        run-time-built kernel's first launch, a scripted function's first call), with why: cause warmup."""
+        """Untraced launch-gap pieces that a warmed-up process would not spend again (a cold step's, a JIT compile
+        before a built kernel's first launch, a kernel's runs before it settles, a scripted function's first call:
+        analyzer.views.host_during), with why: cause warmup."""
         gaps, idle = self._classified
         return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
                                  lambda: first_invocations(self.model, self.outermost_ops), self.steps,

@@ -148,14 +148,15 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op
     fr = model.frames
     # one call, so that equal threads get equal keys across the tables
     ops = model.ops
-    layer_ops = np.unique(np.concatenate([op_roles.warmup, op_roles.host_compute, input_wait_ops(model)]))
+    input_ops = input_wait_ops(model)
+    layer_ops = np.unique(np.concatenate([op_roles.warmup, op_roles.host_compute, input_ops]))
     rt_key, fr_key, some_op_key, capture_key = thread_keys(
         [rt.pid, fr.pid, ops.pid[layer_ops], graphs.capture_pid], [rt.tid, fr.tid, ops.tid[layer_ops],
                                                                    graphs.capture_tid])
     op_key = np.full(len(ops), -1, np.int64)  # only the ops that cut pieces need a key
     op_key[layer_ops] = some_op_key
     gap_key = np.where(carved, rt_key[safe] if len(rt) else -1, -1)
-    layers = _layers(model, roles, op_roles, graphs, rt_key, fr_key, op_key, capture_key)
+    layers = _layers(model, roles, op_roles, input_ops, graphs, rt_key, fr_key, op_key, capture_key)
     return gaps, _carve(a, b, gap_key, remainder, launch, layers)
 
 
@@ -171,8 +172,8 @@ def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.n
     return both & ((rt.pid[p] != rt.pid[q]) | (rt.tid[p] != rt.tid[q]))
 
 
-def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, graphs: GraphUse, rt_key: np.ndarray,
-            fr_key: np.ndarray, op_key: np.ndarray, capture_key: np.ndarray) -> list[_Layer]:
+def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, input_ops: np.ndarray, graphs: GraphUse,
+            rt_key: np.ndarray, fr_key: np.ndarray, op_key: np.ndarray, capture_key: np.ndarray) -> list[_Layer]:
     rt, fr, ops = model.runtime, model.frames, model.ops
     classes, one_time, tool = roles.classes, roles.one_time, roles.instrumentation
 
@@ -202,7 +203,7 @@ def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, graphs: Grap
                none(graphs.captures), none(graphs.captures)),
         frame_layer(WARMUP, waits.matching_frames(model, FIRST_TIME_FRAME)),
         op_layer(WARMUP, op_roles.warmup),
-        op_layer(INPUT_WAIT, input_wait_ops(model)),
+        op_layer(INPUT_WAIT, input_ops),
         frame_layer(INPUT_WAIT, waits.matching_frames(model, INPUT_WAIT_FRAME)),
         frame_layer(EVENT_LOOP_IDLE, _parked(model, waits.EVENT_LOOP_WAIT)),
         frame_layer(THREAD_HOP, _parked(model, waits.HANDOFF_WAIT)),
