@@ -92,6 +92,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("profiler.profile_memory", bool, True, "record [memory] events (allocated / reserved bytes)"),
     Field("profiler.with_stack", bool, True, "record Python frames (python_function events)"),
     Field("profiler.cuda_sync_events", bool, True, "record cuda_sync events where the torch version offers them"),
+    Field("profiler.cost_probe", bool, True, "measure the profiler's cost per recorded event before the window "
+          "(a few seconds; the what-if takes the profiler's cost out of the trace with it)"),
     Field("serve.requests", int, 16, "serve script: requests in one session", minimum=1),
     Field("serve.arrival", str, "poisson", "serve script: arrival process (uniform = evenly spaced, burst = all at "
           "once)", choices=("poisson", "uniform", "burst")),
@@ -172,6 +174,7 @@ class ProfilerConfig:
     profile_memory: bool
     with_stack: bool
     cuda_sync_events: bool
+    cost_probe: bool
 
 
 @dataclasses.dataclass(frozen=True)

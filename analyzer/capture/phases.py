@@ -1,5 +1,5 @@
-"""The phases of a capture, in order: time -> compare modes -> memory-history overhead -> profile -> sample -> script
-facts.
+"""The phases of a capture, in order: time -> compare modes -> memory-history overhead -> profiler cost -> profile ->
+sample -> script facts.
 
 Each phase takes the `CaptureSession` and the workload kind and returns its part of meta.json; the runner merges the
 parts in order, so a phase that fails leaves the parts of the phases before it in meta.json. What a phase measures is
@@ -169,6 +169,18 @@ def history_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
                                       "statistic": "p50 of unprofiled steps, timed back to back"}}
 
 
+def cost_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
+    """What the profiler costs per recorded event on this host with this run's settings (analyzer.capture.probe),
+    measured just before the profiled window (meta.json's `profiler_cost`)."""
+    if not session.config.profiler.cost_probe:
+        return {}
+    from analyzer.capture.probe import probe_profiler_cost
+    session.progress.phase("probing the profiler's cost", 1, "probes")
+    part = probe_profiler_cost(profiler_options(session), session.device)
+    session.progress.advance()
+    return {"profiler_cost": part}
+
+
 def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     """torch.profiler around the kind's annotated steps; the trace is written to the run folder.
 
@@ -247,7 +259,7 @@ def script_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 #: the sequence every workload kind runs
-PHASES = (time_phase, compare_phase, history_phase, profile_phase, sample_phase, script_phase)
+PHASES = (time_phase, compare_phase, history_phase, cost_phase, profile_phase, sample_phase, script_phase)
 
 
 def profiler_options(session: CaptureSession) -> dict:

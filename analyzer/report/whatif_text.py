@@ -46,7 +46,7 @@ def what_if_line(finding: dict, section: dict | None) -> str:
     if w.get("saving_ms") is None:
         return f"What fixing it buys: no estimate ({w.get('why')})."
     unit = "per step" if w.get("measure") == "step" else "over the window"
-    world = " unprofiled" if (section or {}).get("basis") == "unprofiled" else ""
+    world = {"unprofiled": " unprofiled", "estimated": " estimated unprofiled"}.get((section or {}).get("basis"), "")
     line = (f"What fixing it buys: with {w['fix']}, the{world} {'step' if w.get('measure') == 'step' else 'window'} "
             f"goes from {ms(w['step_ms'])} to {ms(w['fixed_step_ms'])} "
             f"(saves {ms(w['saving_ms'])} {unit}).")
@@ -67,22 +67,26 @@ def summary_line(report: dict) -> str | None:
     if not w.get("available"):
         return "What a fix buys: no estimates for this trace (" + "; ".join(w.get("limits") or []) + ")."
     unit = f"per {w['step_label']}" if w["measure"] == "step" else "over the window (no repeated steps)"
-    source = (w.get("profiler") or {}).get("measured_by") or "meta.json's unprofiled step"
-    basis = (f"in the unprofiled run (profiler cost calibrated to {source.split(' (')[0]})"
-             if w["basis"] == "unprofiled" else "in the trace's own, profiled time")
+    prof = w.get("profiler") or {}
+    costs = prof.get("costs_from") or "measured costs"
+    basis = {"unprofiled": f"in the unprofiled run (the profiler's cost per event from {costs})",
+             "estimated": f"in an estimated unprofiled run (the profiler's cost per event from {costs}; this trace "
+                          "has no probe of its own and no unprofiled step time to check it against)"}.get(
+        w["basis"], "in the trace's own, profiled time")
     line = (f"What a fix buys, {basis}: {ms(w['step_ms'])} {unit} now; all findings fixed, "
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "
             f"{ms(w['gpu_busy_per_step_ms'])}).")
-    prof = w.get("profiler") or {}
     timed = ((report.get("summary") or {}).get("step_time_us") or {}).get("unprofiled_p50")
     measured = prof.get("measured_unprofiled_step_ms")
     if timed and measured and abs(timed / 1e3 - measured) > 0.05 * measured:  # calibrated to the rounds
         line += (f" The comparison rounds, the timing nearest the profiled window, measured "
                  f"{ms(measured)} per {w['step_label']}; the timing phase {ms(timed / 1e3)} (the host's speed "
                  f"drifted between them).")
-    if prof.get("predicted_over_measured"):
-        line += (f" Profiler overhead: the trace predicts an unprofiled step of "
-                 f"{ms(prof['predicted_unprofiled_step_ms'])} at a default cost per recorded event; "
-                 f"measured {ms(prof['measured_unprofiled_step_ms'])} "
-                 f"({prof['predicted_over_measured']:.2f}x).")
+    ratio = prof.get("probe_over_measured")
+    if ratio:
+        line += (f" Check: with those costs the trace replays an unprofiled step of {ms(prof['probe_step_ms'])}; "
+                 f"measured {ms(prof['measured_unprofiled_step_ms'])} ({ratio:.2f}x)")
+        line += "." if abs(ratio - 1) <= 0.05 else (
+            f": the costs were scaled by {prof['scale']:.2f} to meet it (the probe does not explain all of the "
+            "profiler's cost here, so the savings lean on the measured step).")
     return line

@@ -18,16 +18,16 @@ import dataclasses
 import numpy as np
 
 from analyzer.views.graphable import InnerLoop, inner_loop
+from analyzer.views.profiler_cost import ProfilerCost, event_costs
 from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
 
-PY_EVENT_NS = 360  # profiler cost of one recorded Python call (with_stack), on top of the call's own
-OP_EVENT_NS = 3_500  # profiler cost of one recorded op, where no unprofiled measurement calibrates it
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
-CALIBRATION_ROUNDS = 8
 MAX_STEPS = 64  # the repeated steps a step time is the median of: the first ones, so that a long trace's replay
 # stops after them
-MAX_OP_EVENT_NS = 250_000  # beyond any profiler's cost per op: a step that will not come down is not dilation
-CALIBRATION_TOLERANCE = 0.015
+CHECK_TOLERANCE = 0.05  # the probed costs stand where their world's step is within this share of the measured one
+SCALE_RANGE = (0.5, 150.0)  # how far the probed costs may be scaled to meet the measured step (150: an op
+# costing ~250 µs, beyond any profiler's cost per event: a step that will not come down is not dilation)
+SCALE_ROUNDS = 14
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -126,38 +126,6 @@ def busy_per_step_ns(ctx, measure: Measure) -> float:
     return float(ctx.timeline.busy_ns)
 
 
-class ProfilerCost:
-    """The profiler's own cost on each thread the replay knows: each recorded op and Python call costs a fixed
-    time from its start (where they crowd, the times overlap and count once, so a cost only ever grows the cut)."""
-
-    def __init__(self, ctx, model: ReplayModel, until_ns: int | None = None):
-        self.by_thread = []
-        ops, frames = ctx.model.ops, ctx.model.frames
-        horizon = np.iinfo(np.int64).max if until_ns is None else until_ns
-        for tid in model.tids.tolist():
-            op_t = ops.start_ns[(ops.tid == tid) & (ops.start_ns < horizon)]
-            py_t = frames.start_ns[(frames.tid == tid) & (frames.start_ns < horizon)]
-            t = np.concatenate([op_t, py_t])
-            order = np.argsort(t, kind="stable")
-            self.by_thread.append((tid, t[order], order < len(op_t)))
-
-    def cut(self, op_ns: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The cut with `op_ns` per op and the Python calls' cost in the same proportion as the defaults', per
-        thread code of the replay model, as ReplayModel.cut gives it: merged and sorted (the events are in time
-        order, so a running maximum merges them)."""
-        py_ns = int(op_ns * PY_EVENT_NS / OP_EVENT_NS)
-        out = []
-        for _, t, is_op in self.by_thread:
-            if not len(t):
-                out.append((t, t, t))
-                continue
-            end = np.maximum.accumulate(t + np.where(is_op, int(op_ns), py_ns))
-            first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
-            s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
-            out.append((s, e, np.cumsum(e - s) - (e - s)))
-        return out
-
-
 def _unprofiled_target_ns(ctx, measure: Measure) -> tuple[float, str] | tuple[None, None]:
     """meta.json's unprofiled p50 step, where it times the same steps on the GPU's clock, and which timing gave
     it: the fix comparison's rounds of this workload where the capture ran them (the last timing before the
@@ -178,43 +146,34 @@ def _unprofiled_target_ns(ctx, measure: Measure) -> tuple[float, str] | tuple[No
     return float(p50) * 1e6, "unprofiled"
 
 
-def _calibrate(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, profiled: float,
-               default: float):
-    """The per-op cost whose removal brings the replayed step to the target: regula falsi (Illinois) on
-    f(c) = step(c) - target, which falls as c grows, from the two points already replayed (no cost, the default
-    cost), the bracket widened fourfold until it holds the root. Returns (cost, step) at the best point found."""
-    def f(c: float) -> float:
-        return measure.of(model, model.run(overhead=cost.cut(c), cpu=False, until_ns=measure.until_ns)) - target
+def _scale_to(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, probe_step: float):
+    """The probed costs checked against the measured step: where the world they build replays the step within
+    CHECK_TOLERANCE of it, they stand (scale 1); else the smallest scale of them, within SCALE_RANGE, whose world's
+    step is at most the measured one (bisection: the step falls as the scale grows, and stops falling where the GPU
+    becomes the bound, so the smallest such scale is the least dilation the measurement asks for). Returns (scale,
+    step)."""
+    if abs(probe_step - target) <= CHECK_TOLERANCE * target:
+        return 1.0, probe_step
 
-    lo, f_lo = 0.0, profiled - target
-    if f_lo <= 0:
-        return 0.0, profiled
-    hi, f_hi = float(OP_EVENT_NS), default - target
-    while f_hi > 0 and hi < MAX_OP_EVENT_NS:
-        lo, f_lo, hi = hi, f_hi, min(hi * 4, MAX_OP_EVENT_NS)
-        f_hi = f(hi)
-    if f_hi > 0:
-        return hi, f_hi + target
-    best = min(((lo, f_lo), (hi, f_hi)), key=lambda p: abs(p[1]))
-    side = 0
-    for _ in range(CALIBRATION_ROUNDS):
-        if abs(best[1]) <= CALIBRATION_TOLERANCE * target:
+    def step(scale: float) -> float:
+        return measure.of(model, model.run(overhead=cost.cut(scale), cpu=False, until_ns=measure.until_ns))
+
+    lo, hi = (1.0, SCALE_RANGE[1]) if probe_step > target else (SCALE_RANGE[0], 1.0)
+    at_lo, at_hi = (probe_step, step(hi)) if probe_step > target else (step(lo), probe_step)
+    if at_hi > target:
+        return hi, at_hi
+    if at_lo <= target:
+        return lo, at_lo
+    for _ in range(SCALE_ROUNDS):
+        if at_hi >= (1 - CHECK_TOLERANCE) * target:
             break
-        c = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        fc = f(c)
-        if abs(fc) < abs(best[1]):
-            best = (c, fc)
-        if fc > 0:
-            lo, f_lo = c, fc
-            if side == 1:
-                f_hi /= 2
-            side = 1
+        mid = (lo + hi) / 2
+        at_mid = step(mid)
+        if at_mid > target:
+            lo, at_lo = mid, at_mid
         else:
-            hi, f_hi = c, fc
-            if side == -1:
-                f_lo /= 2
-            side = -1
-    return best[0], best[1] + target
+            hi, at_hi = mid, at_mid
+    return hi, at_hi
 
 
 def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
@@ -227,25 +186,21 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                  for f in findings if not f.parent})
     measure = measure_for(ctx)
     profiled = measure.of(model, model.unchanged())
-    cost = ProfilerCost(ctx, model, measure.until_ns)
+    costs = event_costs(ctx)
+    cost = ProfilerCost(ctx, model, costs, measure.until_ns)
     target, target_source = _unprofiled_target_ns(ctx, measure)
-    default_world = model.run(overhead=cost.cut(OP_EVENT_NS), cpu=False, until_ns=measure.until_ns)
-    predicted = measure.of(model, default_world)
-    profiler = {"op_event_us": OP_EVENT_NS / 1e3, "python_event_us": PY_EVENT_NS / 1e3,
-                "predicted_unprofiled_step_ms": _ms(predicted),
+    probe_step = measure.of(model, model.run(overhead=cost.cut(), cpu=False, until_ns=measure.until_ns))
+    scale, world_step = _scale_to(model, measure, cost, target, probe_step) if target else (1.0, probe_step)
+    overhead = cost.cut(scale)
+    profiler = {"per_event_us": costs.per_event_us, "costs_from": costs.label, "estimated": costs.estimated,
+                "events": cost.events(), "probe_step_ms": _ms(probe_step),
                 "measured_unprofiled_step_ms": _ms(target) if target else None,
                 "measured_by": {"fix_comparison": "meta.json fix_comparison.step_ms (its rounds of this workload)",
                                 "unprofiled": "meta.json unprofiled.step_ms.p50"}.get(target_source),
-                "predicted_over_measured": round(predicted / target, 3) if target else None}
+                "probe_over_measured": round(probe_step / target, 3) if target else None,
+                "scale": round(scale, 3)}
+    basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
-    if target:
-        op_ns, world_step = _calibrate(model, measure, cost, target, profiled, predicted)
-        overhead = cost.cut(op_ns)
-        profiler["calibrated_op_event_us"] = round(op_ns / 1e3, 3)
-        basis = "unprofiled"
-    else:
-        overhead, world_step = model.cut(()), profiled
-        basis = "profiled"
     node_gap, gap_source = graph_node_gap_ns(model)
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 
@@ -304,10 +259,12 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                       "bound": "GPU busy time per step: no fix of the CPU side goes below it"},
         "ranking": [fid for fid, w in sorted(per_finding.items(), key=lambda kv: -(kv[1]["saving_ms"] or -1))],
         "definition": ("saving = the replayed step minus the replayed step with the finding's cause taken out, "
-                       + ("in the unprofiled world (the profiler's per-event cost calibrated to meta.json's "
-                          "unprofiled p50 and taken out first)" if basis == "unprofiled" else
-                          "in the trace's own (profiled) time: no unprofiled step time of the same steps to "
-                          "calibrate against")
+                       + "in the unprofiled world: the profiler's cost per recorded event, "
+                       + ("probed by this capture" if not costs.estimated else f"from {costs.label}")
+                       + ", taken out of every thread first"
+                       + (", checked against meta.json's unprofiled p50 (scaled where the world it builds misses "
+                          f"that step by more than {CHECK_TOLERANCE:.0%})" if target else
+                          " (no unprofiled step time of the same steps to check it against)")
                        + "; step = " + (f"the median GPU period of the first {MAX_STEPS} repeated steps (all where "
                                         f"fewer)" if measure.kind == "step"
                                         else "the GPU's span over the whole window")),

@@ -255,3 +255,19 @@ def test_compare_fix_names_an_unknown_script_on_one_line(tmp_path, cli):
     assert result.stderr.strip().count("\n") == 0
     assert "key 'timing.compare_fix': unknown script 'nope'" in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_capture_probes_the_profilers_cost(tiny_run):
+    """The probe times its loops with and without the profiler (this run's settings) before the window: a Python
+    call, a builtin's call and an op each cost something under with_stack, an op more than a Python call (it records
+    shapes and its own event besides the call's)."""
+    run, _ = tiny_run
+    meta = json.loads((run / "meta.json").read_text())
+    probe = meta["profiler_cost"]
+    costs = probe["per_event_us"]
+    assert probe["settings"] == {"record_shapes": True, "profile_memory": True, "with_stack": True, "cuda": False}
+    assert costs["python_call"] > 0 and costs["c_call"] > 0 and costs["op"] > costs["python_call"]
+    assert "launch" not in costs and "graph_node" not in costs  # CPU: no launches to probe
+    loops = probe["loop_ms"]
+    assert all(loops[k]["profiled_p50"] > loops[k]["unprofiled_p50"] for k in ("python_call", "c_call", "op"))
+    assert probe["probe_s"] > 0

@@ -15,7 +15,8 @@ from conftest import report_of
 HERE = Path(__file__).resolve().parents[1]
 REPO = HERE.parent
 FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
-PAIRS = sorted(p for p in (HERE / "fixtures" / "h200_whatif").iterdir() if p.is_dir())
+PAIRS = sorted(p for d in ("h200_whatif", "h100_whatif") for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
+PAIR_IDS = [f"{p.parent.name}/{p.name}" for p in PAIRS]
 EXTERNAL = REPO.parent / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 TRACES = FIXTURES + EXTERNAL_TRACES
@@ -64,20 +65,35 @@ KNOWN_MISSES = {
     # alone under the same profiler settings runs no slower than without it. Inside the profiled decode loop its C
     # code runs ~1.3 ms slower than unprofiled; a cost per recorded event cannot model that (it records a dozen).
     # On the H200 the same pair lands within (numpy_sampler_h200, and two captures not kept).
-    "numpy_sampler": "over",
+    "h200_whatif/numpy_sampler": "over",
+    # the allocator fix (cudaMalloc/cudaFree served from the cache) is priced at 0.50 ms; the twin, which also drops
+    # the pathology's empty_cache() call and the 32 MiB copies it forces, saves 0.67 ms (band 0.15-1.17): the pair
+    # measures more than the finding's fix, and the criterion (25%, or 1% of the step) holds it to 0.17 ms.
+    "h200_whatif/fragmentation": "under",
+    # recaptured with 12 rounds on a quiet H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured, the same
+    # under-pricing.
+    "h100_whatif/fragmentation": "under",
+    # GPU-bound (the step a CUDA graph, batch 8): after the per-step .item(), 3,000 iterations of a pure-Python helper
+    # run with the GPU idle. Removing the helper saves 0.21 ms, removing the read-back 0.24 ms (bands 0.01 ms wide).
+    # The probed costs replay the step at 1.29x the measured one; the rest of the profiler's cost is not per event
+    # (the graph's launch call takes ~1 ms under CUPTI, the probe's 64-node graph explains 0.39 ms of it), and the
+    # scale that meets the measured step erases the helper: 0.00 and 0.05 predicted. Issue 35 stays open on this.
+    "h100_whatif/graph_sync_host_vs_no_host_work": "under",
+    "h100_whatif/graph_sync_host_vs_no_item": "under",
 }
 
 
-@pytest.mark.parametrize("path", PAIRS, ids=[p.name for p in PAIRS])
+@pytest.mark.parametrize("path", PAIRS, ids=PAIR_IDS)
 def test_prediction_is_within_the_measured_noise_band_or_25_percent(path):
     bench = what_if_bench()
     row = bench.row_for(path)
     assert row["predicted_ms"] is not None, row
-    assert row["sign_right"], row
-    if path.name in KNOWN_MISSES:
-        assert not row["within"] and row["predicted_ms"] > row["band_ms"][1], row
+    known = KNOWN_MISSES.get(f"{path.parent.name}/{path.name}")
+    if known:
+        assert row["verdict"] in ("missed", "wrong sign"), row
+        assert (row["predicted_ms"] > row["measured_ms"]) == (known == "over"), row
     else:
-        assert row["within"], row
+        assert row["verdict"] in ("within", "too noisy to check"), row
 
 
 def test_serving_pair_predicts_the_session_the_fixed_engine_serves():
@@ -87,7 +103,7 @@ def test_serving_pair_predicts_the_session_the_fixed_engine_serves():
     bench = what_if_bench()
     (name,) = bench.SESSION_PAIRS
     row = bench.session_row(name)
-    assert row["within"] and row["sign_right"], row
+    assert row["verdict"] == "within", row
     assert row["measured_ms"] == pytest.approx(16.38, abs=0.01) and row["predicted_ms"] > 0
 
 
@@ -107,25 +123,35 @@ def test_graph_fix_is_the_steps_gpu_work_back_to_back():
     assert "CUDA graph" in launch["what_if"]["fix"]
 
 
-@pytest.mark.parametrize("path", PAIRS, ids=[p.name for p in PAIRS])
-def test_unprofiled_world_is_calibrated_to_the_measured_step(path):
+@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name == "h200_whatif"])
+def test_unprofiled_world_is_checked_against_the_measured_step(path):
+    """These captures predate the probe: the profiler's costs come from the project's table for their torch version
+    (2.11), and the world they build is checked against the rounds' p50 (scaled where it misses it by over 5%)."""
     report = report_of(path)
     section = report["what_if"]
+    prof = section["profiler"]
     assert section["basis"] == "unprofiled"
+    assert prof["estimated"] and "torch 2.11" in prof["costs_from"]
     measured = json.loads((path / "meta.json").read_text())["fix_comparison"]["step_ms"]  # the rounds' p50
-    assert section["profiler"]["measured_unprofiled_step_ms"] == pytest.approx(measured, abs=1e-3)
-    assert section["step_ms"] == pytest.approx(measured, rel=0.02)
-    assert section["profiled_step_ms"] > section["step_ms"]  # the profiler dilates these CPU-bound steps
-    assert section["profiler"]["predicted_over_measured"] is not None
-    assert section["profiler"]["calibrated_op_event_us"] > 0  # a cost per recorded event explains the dilation
+    assert prof["measured_unprofiled_step_ms"] == pytest.approx(measured, abs=1e-3)
+    assert section["step_ms"] == pytest.approx(measured, rel=0.05)
+    assert section["profiled_step_ms"] > prof["probe_step_ms"] > 0  # the probed costs take time out
+    assert prof["probe_over_measured"] == pytest.approx(prof["probe_step_ms"] / prof["measured_unprofiled_step_ms"],
+                                                       rel=1e-3)
+    assert (prof["scale"] == 1.0) == (abs(prof["probe_over_measured"] - 1) <= 0.05)
 
 
 @pytest.mark.skipif(not EXTERNAL_TRACES, reason="no ../shared/traces/external")
-def test_a_trace_without_a_measured_step_is_priced_in_its_own_time():
+def test_a_trace_without_a_capture_is_priced_in_estimated_unprofiled_time():
+    """No meta.json: the profiler's cost per event comes from the project's table (the newest torch with the
+    trace's settings), taken out unchecked, and the report says it is an estimate."""
     report = report_of(EXTERNAL / "b200-vllm-eager.json.gz")
     section = report["what_if"]
-    assert section["basis"] == "profiled" and section["profiler"]["predicted_over_measured"] is None
-    assert "profiled" in render_markdown(report)
+    prof = section["profiler"]
+    assert section["basis"] == "estimated" and prof["estimated"] and prof["probe_over_measured"] is None
+    assert prof["scale"] == 1.0 and prof["events"] > 0
+    assert section["step_ms"] < section["profiled_step_ms"]
+    assert "estimated unprofiled run" in render_markdown(report)
 
 
 def test_reports_rank_by_saving_and_show_it_beside_the_gpu_idle(tmp_path):
@@ -205,7 +231,7 @@ def test_calibration_uses_the_unprofiled_timing_nearest_the_profiled_window():
     prof = report["what_if"]["profiler"]
     assert prof["measured_unprofiled_step_ms"] == pytest.approx(17.4287, abs=1e-3)
     assert "fix_comparison" in prof["measured_by"]
-    assert report["what_if"]["step_ms"] == pytest.approx(17.43, rel=0.015)
+    assert report["what_if"]["step_ms"] == pytest.approx(17.43, rel=0.05)
     report = report_of(HERE / "fixtures" / "h200" / "decode")
     prof = report["what_if"]["profiler"]
     assert prof["measured_by"] == "meta.json unprofiled.step_ms.p50"
@@ -221,3 +247,17 @@ def test_launch_advice_follows_the_fix_that_was_priced(name, loop):
     assert priced_as_loop == loop
     assert ("capture one iteration" in launch["advice"]) == loop
     assert ("Capture the" in launch["advice"] and "step in a CUDA graph" in launch["advice"]) == (not loop)
+
+
+@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name == "h100_whatif"])
+def test_a_capture_with_a_probe_is_priced_with_its_own_costs(path):
+    """Captures made with the probe (meta.json profiler_cost): its costs, not the table's, build the unprofiled
+    world, and a CUDA graph launch call costs its graph's nodes on top (CUPTI traces each one)."""
+    report = report_of(path)
+    prof = report["what_if"]["profiler"]
+    probed = json.loads((path / "meta.json").read_text())["profiler_cost"]["per_event_us"]
+    assert prof["costs_from"] == "this capture's probe" and not prof["estimated"]
+    assert prof["per_event_us"] == pytest.approx(probed)
+    assert probed["graph_node"] > 0 and probed["launch"] > 0
+    assert report["what_if"]["basis"] == "unprofiled"
+    assert prof["probe_step_ms"] < report["what_if"]["profiled_step_ms"]

@@ -1,0 +1,120 @@
+"""The profiler's own cost in a trace, from costs measured per recorded event: this capture's probe
+(meta.json `profiler_cost`, analyzer.capture.probe), else the project's own probes on the nearest torch version with
+the same settings (profiler_costs.json), which makes the unprofiled world an estimate.
+
+Each recorded event costs its kind's time from its start: a cpu_op or annotation, a Python call, a C function's call
+(a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
+event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
+activities the call launched). Where events crowd, the times overlap and count once, so the cost of a span never exceeds the span.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.views.replay import GRAPH_LAUNCHES, ReplayModel
+
+TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
+KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node")
+
+
+@dataclasses.dataclass(frozen=True)
+class EventCosts:
+    """The profiler's cost per recorded event of each kind (µs), and where the figures come from."""
+    per_event_us: dict[str, float]
+    source: str  # "probe": this capture's own; "table": the project's probes (an estimate)
+    label: str  # for the report: which probe
+
+    @property
+    def estimated(self) -> bool:
+        return self.source != "probe"
+
+
+@lru_cache(maxsize=1)
+def _table() -> tuple[dict, ...]:
+    return tuple(json.loads(TABLE_FILE.read_text())["probes"])
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = str(version).split("+")[0].split(".")[:2]
+        return int(major), int(minor)
+    except (ValueError, AttributeError):
+        return None
+
+
+def event_costs(ctx) -> EventCosts:
+    """This capture's probed costs, else the table's entry for the trace's settings (what it recorded: Python
+    frames, [memory] events, GPU activity) on the torch version meta.json names, or the nearest one."""
+    meta = ctx.meta
+    probed = meta.get("profiler_cost", "per_event_us") if meta else None
+    if isinstance(probed, dict) and all(isinstance(probed.get(k, 0.0), (int, float)) for k in KINDS):
+        return EventCosts({k: float(probed.get(k, 0.0)) for k in KINDS}, "probe", "this capture's probe")
+    model = ctx.model
+    settings = {"with_stack": len(model.frames) > 0, "profile_memory": len(model.memory) > 0,
+                "cuda": len(model.gpu) > 0}
+    torch_version = _minor(meta.get("environment", "torch") if meta else None)
+    rows = [r for r in _table() if all(r["settings"].get(k) == v for k, v in settings.items())] or list(_table())
+
+    def distance(row) -> tuple:
+        v = _minor(row["torch"])
+        same_shapes = row["settings"].get("record_shapes", True)
+        if torch_version is None or v is None:
+            return (0, -(v or (0, 0))[0], -(v or (0, 0))[1], not same_shapes)  # the newest
+        return (abs((v[0] - torch_version[0]) * 100 + v[1] - torch_version[1]), 0, 0, not same_shapes)
+
+    row = min(rows, key=distance)
+    return EventCosts({k: float(row["per_event_us"].get(k, 0.0)) for k in KINDS}, "table",
+                      f"the project's probe on torch {row['torch']}, {row['host']}")
+
+
+class ProfilerCost:
+    """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form)."""
+
+    def __init__(self, ctx, model: ReplayModel, costs: EventCosts, until_ns: int | None = None):
+        self.costs = costs
+        m = ctx.model
+        horizon = np.iinfo(np.int64).max if until_ns is None else until_ns
+        us = costs.per_event_us
+        builtin = np.array([n.startswith("<built-in") for n in m.names], bool)
+        frame_ns = np.where(builtin[m.frames.name], us["c_call"], us["python_call"]) * 1e3 if len(m.frames) else \
+            np.zeros(0)
+        rt, gpu = m.runtime, m.gpu
+        nodes = np.bincount(gpu.launch[gpu.launch >= 0], minlength=len(rt))[:len(rt)] if len(rt) else np.zeros(0)
+        graph_launch = np.isin(rt.name, [c for c, n in enumerate(m.names) if n in GRAPH_LAUNCHES])
+        runtime_ns = (us["launch"] + np.where(graph_launch, nodes * us["graph_node"], 0.0)) * 1e3
+        sources = ((m.ops.tid, m.ops.start_ns, np.full(len(m.ops), us["op"] * 1e3)),
+                   (m.frames.tid, m.frames.start_ns, frame_ns),
+                   (rt.tid, rt.start_ns, runtime_ns),
+                   (m.memory.tid, m.memory.ts_ns, np.full(len(m.memory), us["memory_event"] * 1e3)))
+        self.by_thread = []
+        for tid in model.tids.tolist():
+            t, c = [], []
+            for tids, start, cost in sources:
+                mine = (tids == tid) & (start < horizon)
+                t.append(start[mine])
+                c.append(cost[mine])
+            t, c = np.concatenate(t), np.concatenate(c)
+            order = np.argsort(t, kind="stable")
+            self.by_thread.append((t[order], c[order]))
+
+    def events(self) -> int:
+        return int(sum(len(t) for t, _ in self.by_thread))
+
+    def cut(self, scale: float = 1.0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per thread code of the replay model: the cost intervals, each event's cost times `scale` from its start,
+        merged and sorted (the events are in time order, so a running maximum merges them)."""
+        out = []
+        for t, c in self.by_thread:
+            if not len(t):
+                out.append((t, t, t))
+                continue
+            end = np.maximum.accumulate(t + (c * scale).astype(np.int64))
+            first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
+            s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
+            out.append((s, e, np.cumsum(e - s) - (e - s)))
+        return out
