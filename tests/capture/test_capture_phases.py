@@ -73,7 +73,8 @@ def test_parts_merge_in_phase_order(session):
     run_phases(session, FakeKind, outcome)
     assert outcome.complete and outcome.error is None and outcome.exit_code == 0
     parts = outcome.parts
-    assert list(parts) == ["unprofiled", "serving", "profiled", "sample_tokens"]
+    assert list(parts) == ["unprofiled", "serving", "profiler_cost", "profiled", "sample_tokens"]
+    assert parts["profiler_cost"]["settings"]["with_stack"] is True  # the probe ran with the run's own settings
     assert parts["serving"] == {"options": {"rate": 1}, "profiled": {"engine_steps": 2}}
     profiled = parts["profiled"]
     assert profiled["annotations"] == ["fake#1", "fake#2"] and profiled["recorded_steps"] == 2
@@ -89,7 +90,7 @@ def test_unscheduled_window_records_everything(session):
     assert outcome.parts["profiled"]["schedule"] is None and "memory_stats_after" not in outcome.parts["profiled"]
 
 
-@pytest.mark.parametrize("phase, kept", [("time", []), ("profile", ["unprofiled", "serving"])])
+@pytest.mark.parametrize("phase, kept", [("time", []), ("profile", ["unprofiled", "serving", "profiler_cost"])])
 def test_failure_keeps_earlier_parts_and_publishes(session, phase, kept):
     outcome = Outcome()
     run_phases(session, lambda: FakeKind(fail_in=phase), outcome)
