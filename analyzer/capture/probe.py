@@ -142,6 +142,6 @@ def probe_profiler_cost(options: dict, device: torch.device) -> dict:
         "definition": ("per recorded event: the median time of a loop under torch.profiler (this run's settings) "
                        "minus its median without, per iteration, less the costs of the other events the iteration "
                        "records (python_call: a Python call's event; c_call: a builtin's; op: a cpu_op; "
-                       "memory_event: a [memory] event; launch: a kernel launch call's, CUPTI included; graph_node: a CUDA "
-                       "graph launch call's per node of the graph)"),
+                       "memory_event: a [memory] event; launch: a kernel launch call's, CUPTI included; graph_node: "
+                       "a CUDA graph launch call's per node of the graph)"),
     }

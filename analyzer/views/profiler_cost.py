@@ -5,7 +5,8 @@ the same settings (profiler_costs.json), which makes the unprofiled world an est
 Each recorded event costs its kind's time from its start: a cpu_op or annotation, a Python call, a C function's call
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
-activities the call launched). Where events crowd, the times overlap and count once, so the cost of a span never exceeds the span.
+activities the call launched). Where events crowd, the times overlap and count once, so the cost of a span never
+exceeds the span.
 """
 from __future__ import annotations
 
@@ -60,14 +61,15 @@ def event_costs(ctx) -> EventCosts:
     torch_version = _minor(meta.get("environment", "torch") if meta else None)
     rows = [r for r in _table() if all(r["settings"].get(k) == v for k, v in settings.items())] or list(_table())
 
-    def distance(row) -> tuple:
-        v = _minor(row["torch"])
-        same_shapes = row["settings"].get("record_shapes", True)
-        if torch_version is None or v is None:
-            return (0, -(v or (0, 0))[0], -(v or (0, 0))[1], not same_shapes)  # the newest
-        return (abs((v[0] - torch_version[0]) * 100 + v[1] - torch_version[1]), 0, 0, not same_shapes)
+    def preference(row) -> tuple:
+        """The nearest torch version (the newest where the trace's is unknown), then shapes recorded (the default,
+        which a trace does not show)."""
+        major, minor = _minor(row["torch"]) or (0, 0)
+        version = major * 100 + minor
+        far = abs(version - torch_version[0] * 100 - torch_version[1]) if torch_version else -version
+        return far, not row["settings"].get("record_shapes", True)
 
-    row = min(rows, key=distance)
+    row = min(rows, key=preference)
     return EventCosts({k: float(row["per_event_us"].get(k, 0.0)) for k in KINDS}, "table",
                       f"the project's probe on torch {row['torch']}, {row['host']}")
 

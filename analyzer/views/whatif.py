@@ -1,11 +1,11 @@
 """What a fix buys: each top-level finding's cause taken out of the trace's replay (analyzer.views.replay), and the
 step time that is left.
 
-The replay runs in the unprofiled world where it can: the profiler's own cost, a cost per recorded op (and a tenth
-of it per recorded Python call) found so that the replayed step matches meta.json's unprofiled step (the same
-statistic, the p50, on the same clock), is taken out of every thread first, so that a saving is stated in the time
-the user's program runs in, not in the trace's dilated time. Without a matching measurement the savings are the
-trace's own.
+The replay runs in the unprofiled world: the profiler's own cost, measured per recorded event
+(analyzer.views.profiler_cost: the capture's probe, else the project's table), is taken out of every thread first, so
+that a saving is stated in the time the user's program runs in, not in the trace's dilated time. Where meta.json
+times the same steps unprofiled (the p50, on the same clock), that step checks the world the costs build; the costs
+are scaled only where it misses by more than CHECK_TOLERANCE.
 
 A detector states its finding's fix as a `Fix`: CPU intervals taken out of their threads (host work, allocator
 calls, a print), blocking calls that no longer wait (the GPU work they waited for still runs), or the steps replayed
