@@ -51,6 +51,7 @@ class Replayed:
     runtime_end_ns: np.ndarray | None = None
     step_gpu_period_ns: np.ndarray | None = None  # per step: its GPU work's start to the next step's; -1 none
     step_cpu_wall_ns: np.ndarray | None = None  # per step: its CPU span [lo, hi)
+    step_cpu_end_ns: np.ndarray | None = None  # per step: when its CPU span ends (hi)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -153,10 +154,10 @@ class ReplayModel:
         rt_start[self.sync_rows[active]] = sync_start
         rt_end[self.sync_rows[active]] = sync_end
 
-        wall = self.step_hi_ns - self.step_lo_ns
+        lo, hi = self.step_lo_ns, self.step_hi_ns
         if self.step_thread >= 0:
-            wall = cpu_times(self.step_thread, self.step_hi_ns) - cpu_times(self.step_thread, self.step_lo_ns)
-        return Replayed((), gpu_start, gpu_end, rt_start, rt_end, periods, wall)
+            lo, hi = cpu_times(self.step_thread, lo), cpu_times(self.step_thread, hi)
+        return Replayed((), gpu_start, gpu_end, rt_start, rt_end, periods, hi - lo, hi)
 
     def unchanged(self) -> Replayed:
         """What run() with nothing taken out gives (the trace's own times), without replaying."""
@@ -164,7 +165,7 @@ class ReplayModel:
             return Replayed(self.limits)
         return Replayed((), self.gpu_start_ns, self.gpu_end_ns, self.runtime_start_ns, self.runtime_end_ns,
                         self._periods(self.gpu_start_ns[self.rows], self.gpu_end_ns[self.rows]),
-                        self.step_hi_ns - self.step_lo_ns)
+                        self.step_hi_ns - self.step_lo_ns, self.step_hi_ns)
 
     def cut(self, intervals) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(tid, start_ns, end_ns) intervals merged per thread code, as run() takes `overhead`."""
