@@ -6,7 +6,8 @@ Each recorded event costs its kind's time from its start: a cpu_op or annotation
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
 activities the call launched). Where events crowd, the times overlap and count once, so the cost of a span never
-exceeds the span.
+exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to back (eager, or a graph's
+nodes): that time comes off each activity's least gap after the one before it on its stream.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 from analyzer.views.replay import GRAPH_LAUNCHES, ReplayModel
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
-KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node")
+KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node", "gpu_queued_kernel", "gpu_graph_node")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,8 @@ def event_costs(ctx) -> EventCosts:
 
 
 class ProfilerCost:
-    """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form)."""
+    """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form), and on
+    the GPU: `world`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps."""
 
     def __init__(self, ctx, model: ReplayModel, costs: EventCosts, until_ns: int | None = None):
         self.costs = costs
@@ -93,6 +95,11 @@ class ProfilerCost:
                    (m.frames.tid, m.frames.start_ns, frame_ns),
                    (rt.tid, rt.start_ns, runtime_ns),
                    (m.memory.tid, m.memory.ts_ns, np.full(len(m.memory), us["memory_event"] * 1e3)))
+        launch = gpu.launch[model.rows]
+        in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
+        gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
+        self.world = dataclasses.replace(model, gap_ns=np.maximum(model.gap_ns - gpu_gap_ns.astype(np.int64), 0))
+        self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         for tid in model.tids.tolist():
             t, c = [], []

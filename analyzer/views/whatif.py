@@ -188,6 +188,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     profiled = measure.of(model, model.unchanged())
     costs = event_costs(ctx)
     cost = ProfilerCost(ctx, model, costs, measure.until_ns)
+    trace_model, model = model, cost.world  # from here on, the replay with CUPTI's GPU-side gaps taken out
     target, target_source = _unprofiled_target_ns(ctx, measure)
     probe_step = measure.of(model, model.run(overhead=cost.cut(), cpu=False, until_ns=measure.until_ns))
     scale, world_step = _scale_to(model, measure, cost, target, probe_step) if target else (1.0, probe_step)
@@ -201,7 +202,10 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                 "scale": round(scale, 3)}
     basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
-    node_gap, gap_source = graph_node_gap_ns(model)
+    node_gap, gap_source = graph_node_gap_ns(trace_model)
+    if cost.graph_node_gpu_ns:  # measured under the profiler
+        node_gap = max(node_gap - cost.graph_node_gpu_ns, 0)
+        gap_source += ", less CUPTI's time per node (the probe's)"
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 
     def fixed_step(fix: Fix) -> float:

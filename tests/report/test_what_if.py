@@ -74,12 +74,11 @@ KNOWN_MISSES = {
     # under-pricing.
     "h100_whatif/fragmentation": "under",
     # GPU-bound (the step a CUDA graph, batch 8): after the per-step .item(), 3,000 iterations of a pure-Python helper
-    # run with the GPU idle. Removing the helper saves 0.21 ms, removing the read-back 0.24 ms (bands 0.01 ms wide).
-    # The probed costs replay the step at 1.29x the measured one; the rest of the profiler's cost is not per event
-    # (the graph's launch call takes ~1 ms under CUPTI, the probe's 64-node graph explains 0.39 ms of it), and the
-    # scale that meets the measured step erases the helper: 0.00 and 0.05 predicted. Issue 35 stays open on this.
+    # run with the GPU idle; removing the helper saves 0.40 ms (band 0.35-0.52). With Python stacks the helper takes
+    # 1.5 ms in the trace, 6,000 recorded calls: what is left of it after the probed costs (0.84 µs an iteration, on a
+    # host that ran the probe twice as slow as the loops around it) is the small difference of two large numbers,
+    # 0.11 predicted. The twin without the read-back (graph_sync_host_vs_no_item) lands within: 0.33 against 0.40.
     "h100_whatif/graph_sync_host_vs_no_host_work": "under",
-    "h100_whatif/graph_sync_host_vs_no_item": "under",
 }
 
 
@@ -257,7 +256,11 @@ def test_a_capture_with_a_probe_is_priced_with_its_own_costs(path):
     prof = report["what_if"]["profiler"]
     probed = json.loads((path / "meta.json").read_text())["profiler_cost"]["per_event_us"]
     assert prof["costs_from"] == "this capture's probe" and not prof["estimated"]
-    assert prof["per_event_us"] == pytest.approx(probed)
+    assert {k: prof["per_event_us"][k] for k in probed} == pytest.approx(probed)
+    assert all(prof["per_event_us"][k] == 0 for k in set(prof["per_event_us"]) - set(probed))  # an older probe
     assert probed["graph_node"] > 0 and probed["launch"] > 0
+    if path.name.startswith("graph_"):  # captured with the probe's GPU side: CUPTI's time between graph nodes
+        assert probed["gpu_graph_node"] > 0 and probed["gpu_queued_kernel"] > 0
+        assert "less CUPTI's time per node" in report["what_if"]["graph_node_gap_source"]
     assert report["what_if"]["basis"] == "unprofiled"
     assert prof["probe_step_ms"] < report["what_if"]["profiled_step_ms"]
