@@ -2,13 +2,15 @@
 to deliver the next batch or loading it itself (num_workers=0). Owns the idle pieces of cause input_wait."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import fmt_us, plural, us
 from analyzer.views.idle import INPUT_WAIT
 from analyzer.views.sites import describe_site, site_keys
-from analyzer.views.whatif import pieces_fix
+from analyzer.views.whatif import Fix, pieces_fix
 
 IN_THREAD, WORKERS, UNKNOWN = "in-thread", "worker processes", "unknown"
 
@@ -79,4 +81,14 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
         detail={"loader": kind, "sites": [{k: r[k] for k in ("call_site", "loader", "idle_us", "count")}
                                           for r in data["loaders"][:5]]},
         occurrences_us=tuple(tuple(o) for o in lead["occurrences"]),
-        fix=pieces_fix(ctx, sel, "the next batch ready when the GPU needs it (the input pipeline keeps up)"))]
+        fix=_fix(ctx, sel))]
+
+
+def _fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
+    """The waits' idle time taken out, and a wait for worker processes (which the replay holds to when the batch
+    arrived in the trace) ready when asked."""
+    fix = pieces_fix(ctx, pieces, "the next batch ready when the GPU needs it (the input pipeline keeps up)")
+    if fix is None or ctx.replay.limits:
+        return fix
+    ready = ctx.replay.outside_waits_over(ctx.idle.start_ns[pieces], ctx.idle.end_ns[pieces])
+    return dataclasses.replace(fix, no_wait=np.concatenate([fix.no_wait, ready]))

@@ -19,7 +19,8 @@ from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graph_breaks import GraphBreaks, graph_breaks
 from analyzer.views.graphs import GraphUse, graph_use
-from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle
+from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle, \
+    worker_input_waits
 from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_invocations, host_during, \
     one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
@@ -289,7 +290,7 @@ class AnalysisContext:
     @functools.cached_property
     def replay(self) -> ReplayModel:
         """The trace as a replay model: `replay.run(removed=..., no_wait=...)` replays it with CPU time taken out."""
-        return build_replay(self.model, self.blocking, self.steps)
+        return build_replay(self.model, self.blocking, self.steps, worker_input_waits(self.model))
 
     @functools.cached_property
     def inner_loop(self) -> InnerLoop | None:

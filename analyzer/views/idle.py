@@ -223,6 +223,15 @@ def input_wait_ops(model: TraceModel) -> np.ndarray:
     return np.flatnonzero(table[ops.name])
 
 
+def worker_input_waits(model: TraceModel) -> np.ndarray:
+    """(tid, start_ns, end_ns) of each wait for a DataLoader's worker processes (the multiprocessing iterator's
+    `__next__`): the batch arrives when the workers deliver it, however early the thread asks."""
+    rows = input_wait_ops(model)
+    ops = model.ops
+    rows = rows[["_MultiProcessingDataLoaderIter" in model.names[c] for c in ops.name[rows]]] if len(rows) else rows
+    return np.stack([ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]], axis=1).reshape(-1, 3).astype(np.int64)
+
+
 def _parked(model: TraceModel, pattern) -> np.ndarray:
     """Wait frames long enough to be a parked thread; a selector polled with a zero timeout between callbacks, or a
     lock taken uncontended, is the loop's own work."""

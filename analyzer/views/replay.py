@@ -12,7 +12,9 @@ launch-bound, the rest stream-bound. Activities launched before the window began
 CPU side, per thread: the calls keep their durations and order, except blocking calls (synchronize, synchronous or
 pageable copies, cudaFree), which split into the wait for the GPU work launched before them (on their device, or
 their stream where the trace says which) and their own cost. Taking CPU time out shifts everything after it on the
-thread earlier, until a blocking call whose GPU work is not done absorbs the shift. Between two blocking calls each
+thread earlier, until a blocking call whose GPU work is not done absorbs the shift. A wait for something outside the
+trace (a DataLoader's worker processes) is a blocking call of its own that ends when what it waited for was ready in
+the trace: asking earlier does not make the batch arrive sooner. Between two blocking calls each
 thread's shift is constant, so the replay runs one chunk per blocking call, each chunk's stream recurrences
 vectorized: with c = cumsum(q + d), end_i = c_i + max(the stream's end before the chunk, cummax(ready + d - c)).
 """
@@ -74,7 +76,7 @@ class ReplayModel:
     stream_device: np.ndarray
     stream_id: np.ndarray
     # blocking calls in time order
-    sync_rows: np.ndarray  # model.runtime rows
+    sync_rows: np.ndarray  # model.runtime rows; -1 - k: the k-th wait for something outside the trace
     sync_thread: np.ndarray
     sync_start_ns: np.ndarray
     sync_end_ns: np.ndarray
@@ -82,6 +84,7 @@ class ReplayModel:
     sync_cost_ns: np.ndarray  # the rest: the call's own cost, after the GPU work was done
     sync_skew_ns: np.ndarray  # how far the GPU work ended after the call returned (clock skew), kept in replays
     sync_scopes: tuple[np.ndarray, ...]  # the stream codes each one waits on
+    sync_ready_ns: np.ndarray  # when what it waits for outside the GPU is ready (NEVER: nothing outside)
     # steps (analyzer.views.steps)
     step_lo_ns: np.ndarray
     step_hi_ns: np.ndarray
@@ -151,13 +154,25 @@ class ReplayModel:
         for code, rows in enumerate(self.runtime_rows):
             rt_start[rows] = cpu_times(code, self.runtime_start_ns[rows])
             rt_end[rows] = cpu_times(code, self.runtime_end_ns[rows])
-        rt_start[self.sync_rows[active]] = sync_start
-        rt_end[self.sync_rows[active]] = sync_end
+        real = self.sync_rows[active] >= 0
+        rt_start[self.sync_rows[active][real]] = sync_start[real]
+        rt_end[self.sync_rows[active][real]] = sync_end[real]
 
         lo, hi = self.step_lo_ns, self.step_hi_ns
         if self.step_thread >= 0:
             lo, hi = cpu_times(self.step_thread, lo), cpu_times(self.step_thread, hi)
         return Replayed((), gpu_start, gpu_end, rt_start, rt_end, periods, hi - lo, hi)
+
+    def outside_waits_over(self, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+        """The ids (sync_rows, negative) of the waits for something outside the trace that overlap these intervals:
+        what `no_wait` takes to make them ready when asked."""
+        mine = np.flatnonzero(self.sync_rows < 0)
+        if not len(mine) or not len(start_ns):
+            return np.zeros(0, np.int64)
+        s, e = merge_intervals(np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64))
+        i = np.searchsorted(s, self.sync_end_ns[mine], side="left")  # intervals starting before the wait ends
+        j = np.searchsorted(e, self.sync_start_ns[mine], side="right")  # intervals ending at or before its start
+        return self.sync_rows[mine[i > j]]
 
     def unchanged(self) -> Replayed:
         """What run() with nothing taken out gives (the trace's own times), without replaying."""
@@ -225,8 +240,8 @@ class ReplayModel:
         # the loop runs once per blocking call: plain Python values where it reads scalars
         bounds = by_chunk.tolist()
         g_start, g_end, g_stream = group_start.tolist(), group_end.tolist(), st[group_start].tolist()
-        code_l, skew_l, cost_l = (codes.tolist(), self.sync_skew_ns[active].tolist(),
-                                  self.sync_cost_ns[active].tolist())
+        code_l, skew_l, cost_l, ready_l = (codes.tolist(), self.sync_skew_ns[active].tolist(),
+                                           self.sync_cost_ns[active].tolist(), self.sync_ready_ns[active].tolist())
         s0_l = (sync_start_orig - before_start).tolist()
         e0_l = (self.sync_end_ns[active] - before_end).tolist()
         scopes = [self.sync_scopes[k] for k in active.tolist()]
@@ -248,7 +263,7 @@ class ReplayModel:
                 break
             code = code_l[j]
             start = s0_l[j] + int(shift[code])
-            done = int(reach[scopes[j]].max(initial=NEVER))
+            done = max(int(reach[scopes[j]].max(initial=NEVER)), ready_l[j])
             end = max(start, done - skew_l[j]) + cost_l[j]
             new_start[j], new_end[j] = start, end
             shift[code] = shift_after[j] = end - e0_l[j]
@@ -306,9 +321,11 @@ def _shifted(t, cut, sync_start, sync_end, new_end, shift_after) -> np.ndarray:
     return out
 
 
-def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> ReplayModel:
+def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
+                 outside_waits: np.ndarray | None = None) -> ReplayModel:
     """The replay model of a trace; `blocking`: per runtime row, whether the call waits for the GPU
-    (AnalysisContext.blocking)."""
+    (AnalysisContext.blocking); `outside_waits`: (tid, start_ns, end_ns) of waits for something outside the trace
+    (views.idle.worker_input_waits), kept where their thread launches work and no blocking call falls inside them."""
     rt, gpu = model.runtime, model.gpu
     rows = np.flatnonzero(activity_mask(model))
     limits = []
@@ -389,15 +406,41 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges) -> 
     scopes = [_scope(sync_stream[k], sync_device[k], stream_device) for k in range(len(sync_rows))]
     done = _done_in_trace(stream, end, _chunks(launch_ns, stream, s), scopes, n_streams)
     wait = np.clip(done - s, 0, e - s)
+    sync_thread, sync_ready = rt_thread[sync_rows], np.full(len(sync_rows), NEVER, np.int64)
+    cost, skew = e - s - wait, np.maximum(done - e, 0)
+    outside = _outside_waits(outside_waits, rt_tids, s, e)
+    if len(outside):  # each ends when it ended in the trace, the whole of it a wait
+        o_s, o_e, none = outside[:, 1], outside[:, 2], np.zeros(len(outside), np.int64)
+        order = np.argsort(np.concatenate([s, o_s]), kind="stable")
+        merged = [np.concatenate(pair)[order] for pair in (
+            (sync_rows, -1 - np.arange(len(outside))), (sync_thread, np.searchsorted(rt_tids, outside[:, 0])), (s, o_s), (e, o_e),
+            (wait, o_e - o_s), (cost, none), (skew, none), (sync_ready, o_e))]
+        sync_rows, sync_thread, s, e, wait, cost, skew, sync_ready = merged
+        scopes = [(scopes + [none[:0]] * len(outside))[k] for k in order.tolist()]
     return ReplayModel(
         limits=tuple(limits), tids=tids, runtime_rows=runtime_rows, rows=rows, stream=stream, thread=thread,
         launch_ns=launch_ns, cut_at_ns=cut_at, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used, bound=bound.astype(np.int8),
         step=steps.index_at(launch_ns) if len(steps) else np.full(len(rows), -1), stream_device=stream_device,
-        stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=rt_thread[sync_rows],
-        sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=e - s - wait,
-        sync_skew_ns=np.maximum(done - e, 0), sync_scopes=tuple(scopes), step_lo_ns=steps.lo_ns,
+        stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=sync_thread,
+        sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=cost,
+        sync_skew_ns=skew, sync_scopes=tuple(scopes), sync_ready_ns=sync_ready, step_lo_ns=steps.lo_ns,
         step_hi_ns=steps.hi_ns, step_thread=step_thread, gpu_start_ns=gpu.start_ns, gpu_end_ns=gpu.end_ns,
         runtime_start_ns=rt.start_ns, runtime_end_ns=rt.end_ns)
+
+
+def _outside_waits(waits: np.ndarray | None, tids: np.ndarray, sync_start: np.ndarray,
+                   sync_end: np.ndarray) -> np.ndarray:
+    """The waits the replay can hold: on a thread that launches work, none overlapping another, no blocking call
+    inside (the blocking calls stay in time order, each ending before the next begins)."""
+    if waits is None or not len(waits):
+        return np.zeros((0, 3), np.int64)
+    waits = waits[np.isin(waits[:, 0], tids) & (waits[:, 2] > waits[:, 1])]
+    waits = waits[np.argsort(waits[:, 1], kind="stable")]
+    alone = np.ones(len(waits), bool)
+    alone[1:] &= waits[1:, 1] >= waits[:-1, 2]
+    alone[:-1] &= waits[:-1, 2] <= waits[1:, 1]
+    inside = np.searchsorted(sync_start, waits[:, 2]) - np.searchsorted(sync_end, waits[:, 1], side="right")
+    return waits[alone & (inside == 0)]
 
 
 def _chunks(launch_ns: np.ndarray, stream: np.ndarray, sync_start: np.ndarray) -> np.ndarray:

@@ -2,8 +2,11 @@
 scripts/make_foreign_fixtures.sh; counts in tests/fixtures/README.md): each is read for what it is."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from analyzer import api
+from analyzer.views.idle import CPU_LAUNCH
 from conftest import report_of
 from rawtrace import raw_events
 
@@ -26,6 +29,28 @@ def test_a_dataloader_bound_loop_leads_with_the_input_wait():
     assert top["kind"] == "input_wait" and top["detail"]["loader"] == "worker processes"
     assert top["impact_us"] > 0.9 * r["summary"]["gpu_idle_us"]
     assert "num_workers" in top["advice"] and "graph" not in top["advice"]
+
+
+def test_a_wait_for_worker_processes_ends_when_the_batch_arrived():
+    """The replay holds each wait in the workers' __next__ to the time its batch arrived in the trace: taking the
+    launch gaps' CPU time out (or the profiler's) makes the thread ask earlier, not the batch come sooner, so the
+    launch fix buys nothing here and the input wait's fix (the batch ready when asked) buys nearly the whole step."""
+    ctx = api.views(api.load(FIXTURES / "dataloader_bound" / "trace.json.gz")).context
+    replay = ctx.replay
+    outside = np.flatnonzero(replay.sync_rows < 0)
+    assert len(outside) == 5  # one __next__ per step
+    pieces = np.flatnonzero(ctx.idle.cause == CPU_LAUNCH)
+    removed = np.stack([np.full(len(pieces), replay.tids[0]), ctx.idle.start_ns[pieces], ctx.idle.end_ns[pieces]], 1)
+    asked_earlier = replay.run(removed=removed).step_cpu_end_ns
+    ready_when_asked = replay.run(removed=removed, no_wait=replay.sync_rows[outside]).step_cpu_end_ns
+    step = replay.step_hi_ns - replay.step_lo_ns
+    # the batch comes when it came: only the launch gaps after the wait move a step's end (under 5% of the step)
+    assert (replay.step_hi_ns - asked_earlier < 0.05 * step).all()
+    # ready when asked: each step's end moves by most of the waits before it
+    assert (asked_earlier - ready_when_asked > 0.5 * step).all()
+    w = {f["kind"]: f["what_if"] for f in report("dataloader_bound")["findings"] if not f.get("parent")}
+    assert w["launch_gap"]["saving_ms"] < 0.01 * w["launch_gap"]["step_ms"]
+    assert w["input_wait"]["saving_ms"] > 0.9 * w["input_wait"]["step_ms"]
 
 
 def test_host_attention_math_is_host_compute_not_launch_overhead():
