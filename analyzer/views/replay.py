@@ -413,13 +413,15 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
         o_s, o_e, none = outside[:, 1], outside[:, 2], np.zeros(len(outside), np.int64)
         order = np.argsort(np.concatenate([s, o_s]), kind="stable")
         merged = [np.concatenate(pair)[order] for pair in (
-            (sync_rows, -1 - np.arange(len(outside))), (sync_thread, np.searchsorted(rt_tids, outside[:, 0])), (s, o_s), (e, o_e),
-            (wait, o_e - o_s), (cost, none), (skew, none), (sync_ready, o_e))]
+            (sync_rows, -1 - np.arange(len(outside))), (sync_thread, np.searchsorted(rt_tids, outside[:, 0])),
+            (s, o_s), (e, o_e), (wait, o_e - o_s), (cost, none), (skew, none), (sync_ready, o_e))]
         sync_rows, sync_thread, s, e, wait, cost, skew, sync_ready = merged
-        scopes = [(scopes + [none[:0]] * len(outside))[k] for k in order.tolist()]
+        all_scopes = scopes + [none[:0]] * len(outside)  # nothing on the GPU
+        scopes = [all_scopes[k] for k in order.tolist()]
     return ReplayModel(
         limits=tuple(limits), tids=tids, runtime_rows=runtime_rows, rows=rows, stream=stream, thread=thread,
-        launch_ns=launch_ns, cut_at_ns=cut_at, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used, bound=bound.astype(np.int8),
+        launch_ns=launch_ns, cut_at_ns=cut_at, ready_ns=ready, duration_ns=end - start, gap_ns=gap_used,
+        bound=bound.astype(np.int8),
         step=steps.index_at(launch_ns) if len(steps) else np.full(len(rows), -1), stream_device=stream_device,
         stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=sync_thread,
         sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=cost,
@@ -436,9 +438,8 @@ def _outside_waits(waits: np.ndarray | None, tids: np.ndarray, sync_start: np.nd
         return np.zeros((0, 3), np.int64)
     waits = waits[np.isin(waits[:, 0], tids) & (waits[:, 2] > waits[:, 1])]
     waits = waits[np.argsort(waits[:, 1], kind="stable")]
-    alone = np.ones(len(waits), bool)
-    alone[1:] &= waits[1:, 1] >= waits[:-1, 2]
-    alone[:-1] &= waits[:-1, 2] <= waits[1:, 1]
+    apart = waits[1:, 1] >= waits[:-1, 2]  # each one begins after the one before it ended
+    alone = np.r_[True, apart] & np.r_[apart, True]
     inside = np.searchsorted(sync_start, waits[:, 2]) - np.searchsorted(sync_end, waits[:, 1], side="right")
     return waits[alone & (inside == 0)]
 
