@@ -31,8 +31,8 @@ from analyzer.report.whatif_text import ranked, saving_cell, what_if_line
 from analyzer.report.plotly_json import packed
 from analyzer.report.stored import fresh_report, is_report_of, read_report, read_report_or_none
 from analyzer.trace import TraceError, TraceModel, load_trace
-from analyzer.trace.inputs import (TraceInput, is_trace_file, is_within, latest_run, resolve_inputs, trace_stem,
-                                   walk_traces)
+from analyzer.trace.inputs import (TraceInput, is_trace_file, is_within, latest_run, resolve_inputs, stackless_beside,
+                                   trace_stem, walk_traces)
 from analyzer.trace.runmeta import RunMeta, read_meta
 from analyzer.trace.snapshot import MemorySnapshot, read_snapshot
 from analyzer.views.context import AnalysisContext
@@ -57,6 +57,7 @@ class Trace:
     model: TraceModel
     meta: RunMeta | None
     snapshot: MemorySnapshot | None = None
+    stackless: TraceModel | None = None  # the capture's stackless pass over the same window (views.stackless)
 
 
 @dataclasses.dataclass
@@ -103,12 +104,14 @@ def load(item: TraceInput | str | Path, *, cache: bool = True, progress=None, sn
         memory = read_snapshot(item.snapshot) if item.snapshot else None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    return Trace(item, model, meta, memory)
+    stackless = stackless_beside(item.trace) if meta is not None and meta.get("stackless_pass") else None
+    return Trace(item, model, meta, memory, load_model(stackless, cache=cache) if stackless else None)
 
 
 def analyze(trace: Trace, *, user_code: tuple[str, ...] = (), hta: bool = False) -> Analysis:
     started = time.perf_counter()
-    context = AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot)
+    context = AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot,
+                              stackless=trace.stackless)
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
         report = assemble_report(context, trace.source.trace, started)
     if hta:
@@ -156,4 +159,5 @@ def timeline(analysis: Analysis, report: dict | None = None, *, cache: bool = Fa
 def views(trace: Trace, *, user_code: tuple[str, ...] = ()) -> Analysis:
     """An analysis whose views are computed only as they are asked for (no detectors run): for the timeline of a
     trace whose report is already on disk."""
-    return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot), {})
+    return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot,
+                                           stackless=trace.stackless), {})

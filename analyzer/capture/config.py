@@ -94,6 +94,9 @@ SCHEMA: tuple[Field, ...] = (
     Field("profiler.cuda_sync_events", bool, True, "record cuda_sync events where the torch version offers them"),
     Field("profiler.cost_probe", bool, True, "measure the profiler's cost per recorded event before the window "
           "(a few seconds; the what-if takes the profiler's cost out of the trace with it)"),
+    Field("profiler.stackless_pass", bool, True, "with with_stack: run the recorded window once more without Python "
+          "stacks (rank0.stackless.trace.json.gz), which times the host's code between recorded calls without the "
+          "Python events' cost; the what-if prices Python code from it (step workloads)"),
     Field("serve.requests", int, 16, "serve script: requests in one session", minimum=1),
     Field("serve.arrival", str, "poisson", "serve script: arrival process (uniform = evenly spaced, burst = all at "
           "once)", choices=("poisson", "uniform", "burst")),
@@ -175,6 +178,7 @@ class ProfilerConfig:
     with_stack: bool
     cuda_sync_events: bool
     cost_probe: bool
+    stackless_pass: bool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The phases of a capture, in order: time -> compare modes -> memory-history overhead -> profiler cost -> profile ->
-sample -> script facts.
+stackless pass -> sample -> script facts.
 
 Each phase takes the `CaptureSession` and the workload kind and returns its part of meta.json; the runner merges the
 parts in order, so a phase that fails leaves the parts of the phases before it in meta.json. What a phase measures is
@@ -25,6 +25,7 @@ from analyzer.capture.syncdebug import SyncSiteRecorder
 
 TRACE_FILE = "rank0.trace.json.gz"  # rank N of a tensor-parallel run writes rank<N>.trace.json.gz (rank_file)
 SNAPSHOT_FILE = "memory_snapshot.pickle"
+STACKLESS_FILE = "rank0.stackless.trace.json.gz"  # analyzer.trace.inputs.stackless_beside finds it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,8 @@ class WorkloadKind(Protocol):
     """How a kind of workload script is driven in each phase (steps.StepsKind, serve.ServeKind)."""
     #: what the progress line counts: "steps" or "requests"
     unit: str
+    #: whether run_profiled runs the same window again when called twice (the stackless pass needs it)
+    repeats_window: bool
 
     def time(self, session: CaptureSession) -> dict:
         """Warm up, then time without the profiler: meta.json's `unprofiled` (and the kind's own figures)."""
@@ -199,10 +202,7 @@ def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     if schedule is None or schedule.wait + schedule.warmup == 0:
         window_opens()  # the recorded window opens with the profiler
     t0 = time.perf_counter()
-    options = profiler_options(session)
-    if schedule is not None:
-        options["schedule"] = torch.profiler.schedule(wait=schedule.wait, warmup=schedule.warmup,
-                                                      active=schedule.active, repeat=1)
+    options = scheduled(profiler_options(session), schedule)
     with memory_history(session) as recording:
         with torch.profiler.profile(**options) as prof:
             kind.run_profiled(session, prof, window_opens)
@@ -234,6 +234,32 @@ def profile_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     return {"profiled": profiled, **recorded.extra}
 
 
+def stackless_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
+    """The recorded window once more, under the same profiler settings but without Python stacks: no Python event
+    is recorded, so the host's time between two recorded calls is what its code took (analyzer.views.stackless
+    lines its steps up with the trace's). Step workloads whose trace records Python stacks only."""
+    p = session.config.profiler
+    if not (p.with_stack and p.stackless_pass and kind.repeats_window):
+        return {}
+    plan = kind.profile_plan()
+    session.progress.phase("stackless pass (no Python stacks)", plan.total, kind.unit)
+    session.sync()
+    options = scheduled(profiler_options(session) | {"with_stack": False}, plan.schedule)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(**options) as prof:
+        kind.run_profiled(session, prof, lambda: None)
+    session.sync()
+    window_s = time.perf_counter() - t0
+    session.progress.phase("writing the stackless trace", 1)
+    trace_file = session.rank_file(STACKLESS_FILE)
+    prof.export_chrome_trace(str(session.file(trace_file)))
+    session.progress.advance()
+    return {"stackless_pass": {"trace": trace_file, "recorded_steps": len(kind.recorded().annotations),
+                               "with_stack": False, "window_wall_s": window_s,
+                               "purpose": "times the host's code between recorded calls without the cost of "
+                                          "Python events (the what-if's profiler cost)"}}
+
+
 def sample_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     """CUDA only, unprofiled, on a few more steps: memory_allocated / memory_reserved after each step and, with
     `sync_debug_pass`, the file:line of every synchronizing call (torch.cuda.set_sync_debug_mode)."""
@@ -259,7 +285,8 @@ def script_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 #: the sequence every workload kind runs
-PHASES = (time_phase, compare_phase, history_phase, cost_phase, profile_phase, sample_phase, script_phase)
+PHASES = (time_phase, compare_phase, history_phase, cost_phase, profile_phase, stackless_phase, sample_phase,
+          script_phase)
 
 
 def profiler_options(session: CaptureSession) -> dict:
@@ -268,6 +295,14 @@ def profiler_options(session: CaptureSession) -> dict:
     return {"activities": [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if session.cuda else []),
             "record_shapes": p.record_shapes, "profile_memory": p.profile_memory, "with_stack": p.with_stack,
             "experimental_config": _experimental_config(session, p.cuda_sync_events and session.cuda)}
+
+
+def scheduled(options: dict, schedule: Schedule | None) -> dict:
+    """The profiler's options with the plan's schedule, where it has one."""
+    if schedule is None:
+        return options
+    return options | {"schedule": torch.profiler.schedule(wait=schedule.wait, warmup=schedule.warmup,
+                                                          active=schedule.active, repeat=1)}
 
 
 def _experimental_config(session: CaptureSession, enabled: bool):

@@ -17,6 +17,7 @@ OPTION_KEYS = ("requests", "arrival", "rate", "yield_s", "to_thread", "token_rea
 
 class ServeKind:
     unit = "requests"
+    repeats_window = False  # a session follows its arrival process: run again, it is not the same window
 
     def __init__(self, script: type, model, sampling, config: CaptureConfig):
         s = config.serve

@@ -29,6 +29,7 @@ def tokens_per_step(wl) -> int | None:
 
 class StepsKind:
     unit = "steps"
+    repeats_window = True
 
     def __init__(self, script: type, model, sampling, config: CaptureConfig):
         self.script, self.model, self.sampling, self.config = script, model, sampling, config

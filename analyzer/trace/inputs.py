@@ -12,6 +12,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = {"meta.json", "report.json"}
 SNAPSHOT_NAMES = ("memory_snapshot.pickle", "memory_snapshot.pickle.gz")
 ANNOTATED = ".annotated."  # analyzer.report.annotate.annotated_name
+STACKLESS = ".stackless."  # the capture's stackless pass beside a trace: rank0.trace.json.gz -> rank0.stackless.trace...
 REPORT_FOLDER = ".report"  # `analyze TRACE` writes <trace name>.report/ beside a bare trace
 
 
@@ -28,11 +29,22 @@ def snapshot_beside(folder: Path) -> Path | None:
 
 
 def is_trace_file(path: Path) -> bool:
-    """A trace a folder walk should pick up: not our own reports, not hidden, and not the copy `analyze --annotate`
-    writes beside its original (it analyses as the original; named explicitly it is still read)."""
+    """A trace a folder walk should pick up: not our own reports, not hidden, not the copy `analyze --annotate`
+    writes beside its original (it analyses as the original) and not the capture's stackless pass (it times the
+    trace beside it); named explicitly, either is still read."""
     name = path.name
     return (path.is_file() and name.endswith(TRACE_SUFFIXES) and name not in NOT_TRACES and not name.startswith(".")
-            and ANNOTATED not in name)
+            and ANNOTATED not in name and STACKLESS not in name)
+
+
+def stackless_beside(trace: Path) -> Path | None:
+    """The capture's stackless pass over the same window as `trace` (rank<N>.stackless.trace.json.gz beside
+    rank<N>.trace.json.gz), where it is there."""
+    name = trace.name
+    if STACKLESS in name or not name.endswith(".trace.json.gz"):
+        return None
+    found = trace.with_name(name[:-len(".trace.json.gz")] + STACKLESS + "trace.json.gz")
+    return found if found.is_file() else None
 
 
 def trace_stem(path: Path) -> str:

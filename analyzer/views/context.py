@@ -28,6 +28,7 @@ from analyzer.views.onetime import first_call_ops, one_time_rows
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.graphable import InnerLoop
 from analyzer.views.replay import ReplayModel, build_replay
+from analyzer.views.stackless import HostGaps, host_gaps
 from analyzer.views.steps import StepRanges, step_ranges
 from analyzer.views.steptable import step_table
 from analyzer.views.timeline import GpuTimeline, build_timeline, merge_intervals
@@ -59,11 +60,16 @@ class AnalysisContext:
     """The trace model plus what is derived from it once and read by several detectors."""
 
     def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = (),
-                 snapshot: MemorySnapshot | None = None):
+                 snapshot: MemorySnapshot | None = None, stackless: TraceModel | None = None):
         self.model = model
+        self.stackless = stackless  # the capture's stackless pass over the same window (analyzer.views.stackless)
         self.meta = meta
         self.user_code = tuple(user_code)
         self.snapshot = snapshot  # the caching allocator's own records, when the run has them
+
+    @functools.cached_property
+    def stackless_gaps(self) -> HostGaps | None:
+        return host_gaps(self.model, self.stackless) if self.stackless is not None else None
 
     @functools.cached_property
     def timeline(self) -> GpuTimeline:

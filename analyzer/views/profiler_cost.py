@@ -5,7 +5,8 @@ the same settings (profiler_costs.json), which makes the unprofiled world an est
 Each recorded event costs its kind's time from its start: a cpu_op or annotation, a Python call, a C function's call
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
-activities the call launched). Where events crowd, the times overlap and count once, so the cost of a span never
+activities the call launched); where the capture ran a stackless pass, the Python events of each host gap it timed
+cost what that gap lost to them (analyzer.views.stackless). Where events crowd, the times overlap and count once, so the cost of a span never
 exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to back (eager, or a graph's
 nodes): that time comes off each activity's least gap after the one before it on its stream.
 """
@@ -77,7 +78,12 @@ def event_costs(ctx) -> EventCosts:
 
 class ProfilerCost:
     """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form), and on
-    the GPU: `world`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps."""
+    the GPU: `world`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps.
+
+    Where the capture ran a stackless pass (analyzer.views.stackless), the Python events in a host gap it timed cost
+    together what the gap lost to them: the gap's length less its stackless length, measured, not probed (and not
+    scaled by `cut`). The ratio of that to their probed cost (`stackless["measured_over_probed"]`) then scales the
+    probed cost of the Python events no such gap holds."""
 
     def __init__(self, ctx, model: ReplayModel, costs: EventCosts, until_ns: int | None = None):
         self.costs = costs
@@ -87,14 +93,16 @@ class ProfilerCost:
         builtin = np.array([n.startswith("<built-in") for n in m.names], bool)
         frame_ns = np.where(builtin[m.frames.name], us["c_call"], us["python_call"]) * 1e3 if len(m.frames) else \
             np.zeros(0)
+        frame_ns, gaps, self.stackless = _stackless_frames(m, frame_ns, ctx.stackless_gaps)
         rt, gpu = m.runtime, m.gpu
         nodes = np.bincount(gpu.launch[gpu.launch >= 0], minlength=len(rt))[:len(rt)] if len(rt) else np.zeros(0)
         graph_launch = np.isin(rt.name, [c for c, n in enumerate(m.names) if n in GRAPH_LAUNCHES])
         runtime_ns = (us["launch"] + np.where(graph_launch, nodes * us["graph_node"], 0.0)) * 1e3
-        sources = ((m.ops.tid, m.ops.start_ns, np.full(len(m.ops), us["op"] * 1e3)),
-                   (m.frames.tid, m.frames.start_ns, frame_ns),
-                   (rt.tid, rt.start_ns, runtime_ns),
-                   (m.memory.tid, m.memory.ts_ns, np.full(len(m.memory), us["memory_event"] * 1e3)))
+        sources = ((m.ops.tid, m.ops.start_ns, np.full(len(m.ops), us["op"] * 1e3), False),
+                   (m.frames.tid, m.frames.start_ns, frame_ns, False),
+                   (rt.tid, rt.start_ns, runtime_ns, False),
+                   (m.memory.tid, m.memory.ts_ns, np.full(len(m.memory), us["memory_event"] * 1e3), False),
+                   (*gaps, True))
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
@@ -102,28 +110,67 @@ class ProfilerCost:
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         for tid in model.tids.tolist():
-            t, c = [], []
-            for tids, start, cost in sources:
+            t, c, fixed = [], [], []
+            for tids, start, cost, measured in sources:
                 mine = (tids == tid) & (start < horizon)
                 t.append(start[mine])
                 c.append(cost[mine])
-            t, c = np.concatenate(t), np.concatenate(c)
+                fixed.append(np.full(int(mine.sum()), measured))
+            t, c, fixed = np.concatenate(t), np.concatenate(c), np.concatenate(fixed)
             order = np.argsort(t, kind="stable")
-            self.by_thread.append((t[order], c[order]))
+            self.by_thread.append((t[order], c[order], fixed[order]))
 
     def events(self) -> int:
-        return int(sum(len(t) for t, _ in self.by_thread))
+        return int(sum(int((~fixed).sum()) for _, _, fixed in self.by_thread))
 
     def cut(self, scale: float = 1.0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per thread code of the replay model: the cost intervals, each event's cost times `scale` from its start,
-        merged and sorted (the events are in time order, so a running maximum merges them)."""
+        """Per thread code of the replay model: the cost intervals, each event's cost (times `scale` where it was
+        probed) from its start, merged and sorted (the events are in time order, so a running maximum merges
+        them)."""
         out = []
-        for t, c in self.by_thread:
+        for t, c, fixed in self.by_thread:
             if not len(t):
                 out.append((t, t, t))
                 continue
-            end = np.maximum.accumulate(t + (c * scale).astype(np.int64))
+            end = np.maximum.accumulate(t + np.where(fixed, c, c * scale).astype(np.int64))
             first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
             s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
+
+
+RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the probed cost of the other Python events
+RATIO_EVIDENCE_NS = 100_000  # the probed cost the timed gaps must hold before their ratio applies elsewhere
+
+
+def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple, dict | None]:
+    """The Python events' costs with the stackless pass's timing: (each frame's probed cost, zero where a timed gap
+    holds it and the gap's measured cost stands for it, else scaled by the measured-over-probed ratio), the gaps'
+    measured costs as (tid, start, cost) and the report's summary (None without a stackless pass)."""
+    none = (np.zeros(0, np.int64),) * 3
+    if gaps is None:
+        return frame_ns, none, None
+    summary = {"steps_matched": gaps.steps_matched, "steps": gaps.steps, "gaps": 0, "python_events": 0,
+               "probed_ms": 0.0, "measured_ms": 0.0, "measured_over_probed": None}
+    mine = np.flatnonzero(m.frames.tid == gaps.tid) if len(frame_ns) else np.zeros(0, np.int64)
+    k = np.searchsorted(gaps.start_ns, m.frames.start_ns[mine], side="right") - 1
+    inside = (k >= 0) & (m.frames.start_ns[mine] < gaps.end_ns[np.maximum(k, 0)]) if len(gaps.start_ns) else \
+        np.zeros(len(mine), bool)
+    if not inside.any():
+        return frame_ns, none, summary
+    held, k = mine[inside], k[inside]
+    probed = np.bincount(k, weights=frame_ns[held], minlength=len(gaps.start_ns))
+    timed = np.flatnonzero(probed > 0)
+    if not len(timed):
+        return frame_ns, none, summary
+    length = gaps.end_ns[timed] - gaps.start_ns[timed]
+    measured = np.clip(length - gaps.stackless_ns[timed], 0, length)
+    ratio = float(measured.sum() / probed[timed].sum())
+    summary.update(gaps=int(len(timed)), python_events=int(len(held)), probed_ms=round(float(probed[timed].sum()) / 1e6, 4),
+                   measured_ms=round(float(measured.sum()) / 1e6, 4), measured_over_probed=round(ratio, 3))
+    out = frame_ns.copy()
+    if probed[timed].sum() >= RATIO_EVIDENCE_NS:
+        out *= min(max(ratio, RATIO_RANGE[0]), RATIO_RANGE[1])
+    out[held] = 0.0
+    return out, (np.full(len(timed), gaps.tid, np.int64), gaps.start_ns[timed], measured.astype(np.float64)), \
+        summary

@@ -1,0 +1,99 @@
+"""The host's time between recorded calls, measured without Python stacks: the capture's stackless pass (the same
+window run again under the same profiler settings but `with_stack=False`, meta.json `stackless_pass`).
+
+With Python stacks, every Python call and every builtin call is an event, and a helper of pure Python code runs
+several times slower in the trace than it does unprofiled: its unprofiled time is the small difference of two large
+numbers (the traced time less the probed cost of its events), which a probe run in a slow spell of the host
+over-cuts. Without stacks, the same code records nothing: the host's time between two recorded calls is what the
+code took. Here each step's top-level calls on the thread that runs the steps (cpu_ops and runtime calls not inside
+another) are lined up with the stackless pass's steps of the same sequence of calls; the gaps between them, position
+by position, give the time the stacked trace's gap took without its Python events (the median over those steps).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from analyzer.trace import TraceModel
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostGaps:
+    """The stacked trace's host gaps that the stackless pass times: on thread `tid`, from `start_ns` to `end_ns`,
+    and `stackless_ns` long without Python stacks."""
+    tid: int
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    stackless_ns: np.ndarray
+    steps_matched: int
+    steps: int
+
+
+def _step_rows(model: TraceModel) -> np.ndarray:
+    """The steps both passes mark alike: ProfilerStep#N where the trace has them, else every step annotation."""
+    names = np.array([model.names[c] for c in model.steps.name], dtype=object)
+    profiler = np.flatnonzero([str(n).startswith(STEP_PREFIX) for n in names])
+    return profiler if len(profiler) else np.arange(len(model.steps))
+
+
+def _calls(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The thread's top-level recorded calls in time order: cpu_ops and runtime calls that no other encloses
+    (start, end, name)."""
+    ops, rt = model.ops, model.runtime
+    mine_ops = (ops.tid == tid) & ~ops.is_annotation
+    mine_rt = rt.tid == tid
+    start = np.concatenate([ops.start_ns[mine_ops], rt.start_ns[mine_rt]])
+    end = np.concatenate([ops.end_ns[mine_ops], rt.end_ns[mine_rt]])
+    name = np.concatenate([ops.name[mine_ops], rt.name[mine_rt]])
+    order = np.lexsort((-end, start))
+    start, end, name = start[order], end[order], name[order]
+    if not len(start):
+        return start, end, name
+    covered = np.maximum.accumulate(end)
+    top = np.r_[True, start[1:] >= covered[:-1]]
+    return start[top], end[top], name[top]
+
+
+def _step_gaps(model: TraceModel) -> tuple[int, list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]] | None:
+    """The steps' thread and, per step, its calls' names and the bounds of the gaps around them (the step's start,
+    each call's end and start, the step's end): gap k runs from bounds[0][k] to bounds[1][k]."""
+    rows = _step_rows(model)
+    if not len(rows):
+        return None
+    tids = model.ops.tid[model.steps.op[rows]]
+    tid = int(np.bincount(tids - tids.min()).argmax() + tids.min())
+    start, end, name = _calls(model, tid)
+    out = []
+    for row in rows[tids == tid].tolist():
+        lo, hi = int(model.steps.start_ns[row]), int(model.steps.end_ns[row])
+        inside = np.flatnonzero((start >= lo) & (end <= hi))
+        names = tuple(model.names[c] for c in name[inside])
+        out.append((names, np.r_[lo, end[inside]], np.r_[start[inside], hi]))
+    return tid, out
+
+
+def host_gaps(stacked: TraceModel, stackless: TraceModel) -> HostGaps | None:
+    """The stacked trace's step gaps timed by the stackless pass: each step whose sequence of top-level calls some
+    stackless step repeats, its gaps against the median of those steps' gaps at the same positions."""
+    mine, theirs = _step_gaps(stacked), _step_gaps(stackless)
+    if mine is None or theirs is None:
+        return None
+    by_sequence: dict[tuple[str, ...], list[np.ndarray]] = {}
+    for names, lo, hi in theirs[1]:
+        by_sequence.setdefault(names, []).append(hi - lo)
+    reference = {names: np.median(np.stack(gaps), axis=0) for names, gaps in by_sequence.items()}
+    starts, ends, timed, matched = [], [], [], 0
+    for names, lo, hi in mine[1]:
+        if names not in reference:
+            continue
+        matched += 1
+        starts.append(lo)
+        ends.append(hi)
+        timed.append(reference[names])
+    if not matched:
+        return HostGaps(mine[0], *(np.zeros(0, np.int64),) * 3, 0, len(mine[1]))
+    return HostGaps(mine[0], np.concatenate(starts), np.concatenate(ends),
+                    np.concatenate(timed).astype(np.int64), matched, len(mine[1]))
