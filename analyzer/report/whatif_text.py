@@ -76,6 +76,14 @@ def summary_line(report: dict) -> str | None:
     line = (f"What a fix buys, {basis}: {ms(w['step_ms'])} {unit} now; all findings fixed, "
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "
             f"{ms(w['gpu_busy_per_step_ms'])}).")
+    stackless = prof.get("stackless") or {}
+    if stackless.get("measured_over_probed") is not None:
+        line += (f" Python code's cost under the profiler measured against the capture's pass without stacks "
+                 f"({stackless['steps_matched']} of {stackless['steps']} steps lined up, {stackless['gaps']} host "
+                 f"gaps): {stackless['measured_over_probed']:.2f}x the probe's cost per Python event.")
+    elif stackless:
+        line += (f" The capture's pass without stacks lined up {stackless['steps_matched']} of "
+                 f"{stackless['steps']} steps and timed no Python code: the probe's costs stand.")
     timed = ((report.get("summary") or {}).get("step_time_us") or {}).get("unprofiled_p50")
     measured = prof.get("measured_unprofiled_step_ms")
     if timed and measured and abs(timed / 1e3 - measured) > 0.05 * measured:  # calibrated to the rounds

@@ -78,7 +78,8 @@ def event_costs(ctx) -> EventCosts:
 
 class ProfilerCost:
     """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form), and on
-    the GPU: `world`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps.
+    the GPU: `world()`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps. A scale
+    multiplies every probed cost alike, the GPU's included.
 
     Where the capture ran a stackless pass (analyzer.views.stackless), the Python events in a host gap it timed cost
     together what the gap lost to them: the gap's length less its stackless length, measured, not probed (and not
@@ -106,8 +107,8 @@ class ProfilerCost:
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
-        self.world = dataclasses.replace(model, gap_ns=np.maximum(model.gap_ns - gpu_gap_ns.astype(np.int64), 0))
-        self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
+        self._model, self._gpu_gap_ns = model, gpu_gap_ns
+        self._graph_node_gpu_ns = us["gpu_graph_node"] * 1e3
         self.by_thread = []
         for tid in model.tids.tolist():
             t, c, fixed = [], [], []
@@ -119,6 +120,15 @@ class ProfilerCost:
             t, c, fixed = np.concatenate(t), np.concatenate(c), np.concatenate(fixed)
             order = np.argsort(t, kind="stable")
             self.by_thread.append((t[order], c[order], fixed[order]))
+
+    def world(self, scale: float = 1.0) -> ReplayModel:
+        """The replay model with CUPTI's time between back-to-back activities (times `scale`) off their gaps."""
+        cut = (self._gpu_gap_ns * scale).astype(np.int64)
+        return dataclasses.replace(self._model, gap_ns=np.maximum(self._model.gap_ns - cut, 0))
+
+    def graph_node_gpu_ns(self, scale: float = 1.0) -> int:
+        """CUPTI's time between a replayed graph's nodes (times `scale`)."""
+        return int(self._graph_node_gpu_ns * scale)
 
     def events(self) -> int:
         return int(sum(int((~fixed).sum()) for _, _, fixed in self.by_thread))

@@ -5,9 +5,10 @@ With Python stacks, every Python call and every builtin call is an event, and a 
 several times slower in the trace than it does unprofiled: its unprofiled time is the small difference of two large
 numbers (the traced time less the probed cost of its events), which a probe run in a slow spell of the host
 over-cuts. Without stacks, the same code records nothing: the host's time between two recorded calls is what the
-code took. Here each step's top-level calls on the thread that runs the steps (cpu_ops and runtime calls not inside
-another) are lined up with the stackless pass's steps of the same sequence of calls; the gaps between them, position
-by position, give the time the stacked trace's gap took without its Python events (the median over those steps).
+code took. Here each step's recorded calls on the thread that runs the steps (cpu_ops and runtime calls, at any
+depth: a compiled region is one op with the wrapper's Python inside) are lined up with the stackless pass's steps of
+the same sequence of call boundaries; the gaps between boundaries, position by position, give the time the stacked
+trace's gap took without its Python events (the median over those steps).
 """
 from __future__ import annotations
 
@@ -39,44 +40,47 @@ def _step_rows(model: TraceModel) -> np.ndarray:
     return profiler if len(profiler) else np.arange(len(model.steps))
 
 
-def _calls(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The thread's top-level recorded calls in time order: cpu_ops and runtime calls that no other encloses
-    (start, end, name)."""
+def _boundaries(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every start and end of the thread's recorded calls (cpu_ops and runtime calls, at any depth), in time order,
+    and what each is: the call's name code, doubled, plus one at its end. At one instant an end comes before a
+    start, an enclosing call's start before its children's and its end after theirs, so that both passes order
+    their boundaries alike."""
     ops, rt = model.ops, model.runtime
     mine_ops = (ops.tid == tid) & ~ops.is_annotation
     mine_rt = rt.tid == tid
     start = np.concatenate([ops.start_ns[mine_ops], rt.start_ns[mine_rt]])
     end = np.concatenate([ops.end_ns[mine_ops], rt.end_ns[mine_rt]])
-    name = np.concatenate([ops.name[mine_ops], rt.name[mine_rt]])
-    order = np.lexsort((-end, start))
-    start, end, name = start[order], end[order], name[order]
-    if not len(start):
-        return start, end, name
-    covered = np.maximum.accumulate(end)
-    top = np.r_[True, start[1:] >= covered[:-1]]
-    return start[top], end[top], name[top]
+    name = np.concatenate([ops.name[mine_ops], rt.name[mine_rt]]).astype(np.int64)
+    ts = np.r_[start, end]
+    is_end = np.r_[np.zeros(len(start), np.int64), np.ones(len(end), np.int64)]
+    nesting = np.r_[-end, -start]  # a start: the longer call first; an end: the later-started (inner) call first
+    order = np.lexsort((nesting, is_end - 1, ts)) if len(ts) else np.zeros(0, np.int64)
+    return ts[order], (np.r_[name, name] * 2 + is_end)[order]
 
 
 def _step_gaps(model: TraceModel) -> tuple[int, list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]] | None:
-    """The steps' thread and, per step, its calls' names and the bounds of the gaps around them (the step's start,
-    each call's end and start, the step's end): gap k runs from bounds[0][k] to bounds[1][k]."""
+    """The steps' thread and, per step, what bounds its host gaps (each recorded call's start and end, named) and
+    the gaps: the step's start to the first boundary, each boundary to the next, the last to the step's end (gap k
+    runs from lo[k] to hi[k])."""
     rows = _step_rows(model)
     if not len(rows):
         return None
     tids = model.ops.tid[model.steps.op[rows]]
     tid = int(np.bincount(tids - tids.min()).argmax() + tids.min())
-    start, end, name = _calls(model, tid)
+    ts, label = _boundaries(model, tid)
+    names = model.names
     out = []
     for row in rows[tids == tid].tolist():
         lo, hi = int(model.steps.start_ns[row]), int(model.steps.end_ns[row])
-        inside = np.flatnonzero((start >= lo) & (end <= hi))
-        names = tuple(model.names[c] for c in name[inside])
-        out.append((names, np.r_[lo, end[inside]], np.r_[start[inside], hi]))
+        a, b = np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="right")
+        inside = label[a:b]
+        sequence = tuple(names[c >> 1] + ("/" if c & 1 else "") for c in inside.tolist())
+        out.append((sequence, np.r_[lo, ts[a:b]], np.r_[ts[a:b], hi]))
     return tid, out
 
 
 def host_gaps(stacked: TraceModel, stackless: TraceModel) -> HostGaps | None:
-    """The stacked trace's step gaps timed by the stackless pass: each step whose sequence of top-level calls some
+    """The stacked trace's step gaps timed by the stackless pass: each step whose sequence of call boundaries some
     stackless step repeats, its gaps against the median of those steps' gaps at the same positions."""
     mine, theirs = _step_gaps(stacked), _step_gaps(stackless)
     if mine is None or theirs is None:

@@ -146,7 +146,7 @@ def _unprofiled_target_ns(ctx, measure: Measure) -> tuple[float, str] | tuple[No
     return float(p50) * 1e6, "unprofiled"
 
 
-def _scale_to(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: float, probe_step: float):
+def _scale_to(measure: Measure, cost: ProfilerCost, target: float, probe_step: float):
     """The probed costs checked against the measured step: where the world they build replays the step within
     CHECK_TOLERANCE of it, they stand (scale 1); else the smallest scale of them, within SCALE_RANGE, whose world's
     step is at most the measured one (bisection: the step falls as the scale grows, and stops falling where the GPU
@@ -156,7 +156,8 @@ def _scale_to(model: ReplayModel, measure: Measure, cost: ProfilerCost, target: 
         return 1.0, probe_step
 
     def step(scale: float) -> float:
-        return measure.of(model, model.run(overhead=cost.cut(scale), cpu=False, until_ns=measure.until_ns))
+        world = cost.world(scale)
+        return measure.of(world, world.run(overhead=cost.cut(scale), cpu=False, until_ns=measure.until_ns))
 
     lo, hi = (1.0, SCALE_RANGE[1]) if probe_step > target else (SCALE_RANGE[0], 1.0)
     at_lo, at_hi = (probe_step, step(hi)) if probe_step > target else (step(lo), probe_step)
@@ -188,10 +189,12 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     profiled = measure.of(model, model.unchanged())
     costs = event_costs(ctx)
     cost = ProfilerCost(ctx, model, costs, measure.until_ns)
-    trace_model, model = model, cost.world  # from here on, the replay with CUPTI's GPU-side gaps taken out
+    trace_model = model
     target, target_source = _unprofiled_target_ns(ctx, measure)
-    probe_step = measure.of(model, model.run(overhead=cost.cut(), cpu=False, until_ns=measure.until_ns))
-    scale, world_step = _scale_to(model, measure, cost, target, probe_step) if target else (1.0, probe_step)
+    world = cost.world()
+    probe_step = measure.of(world, world.run(overhead=cost.cut(), cpu=False, until_ns=measure.until_ns))
+    scale, world_step = _scale_to(measure, cost, target, probe_step) if target else (1.0, probe_step)
+    model = cost.world(scale)  # from here on, the replay with CUPTI's GPU-side gaps taken out
     overhead = cost.cut(scale)
     profiler = {"per_event_us": costs.per_event_us, "costs_from": costs.label, "estimated": costs.estimated,
                 "events": cost.events(), "probe_step_ms": _ms(probe_step),
@@ -199,12 +202,12 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                 "measured_by": {"fix_comparison": "meta.json fix_comparison.step_ms (its rounds of this workload)",
                                 "unprofiled": "meta.json unprofiled.step_ms.p50"}.get(target_source),
                 "probe_over_measured": round(probe_step / target, 3) if target else None,
-                "scale": round(scale, 3)}
+                "scale": round(scale, 3), **({"stackless": cost.stackless} if cost.stackless else {})}
     basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
     node_gap, gap_source = graph_node_gap_ns(trace_model)
-    if cost.graph_node_gpu_ns:  # measured under the profiler
-        node_gap = max(node_gap - cost.graph_node_gpu_ns, 0)
+    if cost.graph_node_gpu_ns():  # measured under the profiler
+        node_gap = max(node_gap - cost.graph_node_gpu_ns(scale), 0)
         gap_source += ", less CUPTI's time per node (the probe's)"
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 
@@ -265,6 +268,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         "definition": ("saving = the replayed step minus the replayed step with the finding's cause taken out, "
                        + "in the unprofiled world: the profiler's cost per recorded event, "
                        + ("probed by this capture" if not costs.estimated else f"from {costs.label}")
+                       + (" (Python code's from the capture's pass without stacks)" if cost.stackless else "")
                        + ", taken out of every thread first"
                        + (", checked against meta.json's unprofiled p50 (scaled where the world it builds misses "
                           f"that step by more than {CHECK_TOLERANCE:.0%})" if target else
