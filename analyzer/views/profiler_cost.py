@@ -108,7 +108,7 @@ class ProfilerCost:
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
         self._model, self._gpu_gap_ns = model, gpu_gap_ns
-        self._graph_node_gpu_ns = us["gpu_graph_node"] * 1e3
+        self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         for tid in model.tids.tolist():
             t, c, fixed = [], [], []
@@ -125,10 +125,6 @@ class ProfilerCost:
         """The replay model with CUPTI's time between back-to-back activities (times `scale`) off their gaps."""
         cut = (self._gpu_gap_ns * scale).astype(np.int64)
         return dataclasses.replace(self._model, gap_ns=np.maximum(self._model.gap_ns - cut, 0))
-
-    def graph_node_gpu_ns(self, scale: float = 1.0) -> int:
-        """CUPTI's time between a replayed graph's nodes (times `scale`)."""
-        return int(self._graph_node_gpu_ns * scale)
 
     def events(self) -> int:
         return int(sum(int((~fixed).sum()) for _, _, fixed in self.by_thread))

@@ -206,8 +206,8 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
     node_gap, gap_source = graph_node_gap_ns(trace_model)
-    if cost.graph_node_gpu_ns():  # measured under the profiler
-        node_gap = max(node_gap - cost.graph_node_gpu_ns(scale), 0)
+    if cost.graph_node_gpu_ns:  # measured under the profiler (as probed: the scale is the check's, of this run)
+        node_gap = max(node_gap - cost.graph_node_gpu_ns, 0)
         gap_source += ", less CUPTI's time per node (the probe's)"
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 

@@ -15,7 +15,7 @@ from conftest import report_of
 HERE = Path(__file__).resolve().parents[1]
 REPO = HERE.parent
 FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
-PAIRS = sorted(p for d in ("h200_whatif", "h100_whatif") for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
+PAIRS = sorted(p for d in ("h200_whatif", "h100_whatif", "h100_stackless") for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
 PAIR_IDS = [f"{p.parent.name}/{p.name}" for p in PAIRS]
 EXTERNAL = REPO.parent / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
@@ -73,12 +73,21 @@ KNOWN_MISSES = {
     # recaptured with 12 rounds on a quiet H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured, the same
     # under-pricing.
     "h100_whatif/fragmentation": "under",
-    # GPU-bound (the step a CUDA graph, batch 8): after the per-step .item(), 3,000 iterations of a pure-Python helper
-    # run with the GPU idle; removing the helper saves 0.40 ms (band 0.35-0.52). With Python stacks the helper takes
-    # 1.5 ms in the trace, 6,000 recorded calls: what is left of it after the probed costs (0.84 µs an iteration, on a
-    # host that ran the probe twice as slow as the loops around it) is the small difference of two large numbers,
-    # 0.11 predicted. The twin without the read-back (graph_sync_host_vs_no_item) lands within: 0.33 against 0.40.
+    # GPU-bound pairs (the step a CUDA graph at batch 8, 1.76 ms of GPU work in 588 nodes, the unprofiled step
+    # 2.0-2.5 ms): the savings are 0.03-0.5 ms, and the criterion (25%, or 1% of the step) asks the replayed world to
+    # be right to ~0.05 ms. It is not: the world the probed costs build is 0.1-0.25 ms per step slower than measured
+    # (CUPTI lengthens each graph node's gap by ~0.36 µs in these traces where the probe's own graph measured 0.2, and
+    # the wake-up after the .item() and the graph launch's head are longer under the profiler), and the scale that
+    # meets the measured step (8-20x) is ill-conditioned, since little of the step is host time it can take out.
+    # The helper (3,000 iterations of pure Python after the .item()): without the stackless pass its 1.5 ms in the
+    # trace (6,000 recorded calls) minus their probed cost is the small difference of two large numbers, 0.11
+    # against 0.40 measured; with it (h100_stackless) the helper is timed at 0.25 ms, and the over-scaled rest of
+    # the step leaves 0.14 against 0.21.
     "h100_whatif/graph_sync_host_vs_no_host_work": "under",
+    "h100_stackless/graph_sync_host_vs_no_host_work": "under",
+    "h100_stackless/graph_sync_host_vs_no_item": "over",  # 0.40 against 0.24 (band 0.22-0.35)
+    "h100_whatif/graph_pageable_upload": "over",  # 0.10 against 0.03 (band 0.03-0.09)
+    "h100_stackless/graph_pageable_upload": "over",  # 0.15 against 0.11 (band 0.10-0.11)
 }
 
 
@@ -248,7 +257,7 @@ def test_launch_advice_follows_the_fix_that_was_priced(name, loop):
     assert ("Capture the" in launch["advice"] and "step in a CUDA graph" in launch["advice"]) == (not loop)
 
 
-@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name == "h100_whatif"])
+@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name.startswith("h100_")])
 def test_a_capture_with_a_probe_is_priced_with_its_own_costs(path):
     """Captures made with the probe (meta.json profiler_cost): its costs, not the table's, build the unprofiled
     world, and a CUDA graph launch call costs its graph's nodes on top (CUPTI traces each one)."""
