@@ -34,7 +34,8 @@ def tiny_run(tmp_path_factory):
 def test_run_folder_layout(tiny_run):
     run, result = tiny_run
     assert run.name.startswith("tiny-") and run.name.endswith("Z")
-    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "rank0.trace.json.gz"]
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "rank0.stackless.trace.json.gz",
+                                                     "rank0.trace.json.gz"]
     assert f"analyze {run}" in result.stdout or "analyze " in result.stdout
     assert "auto resolved to CPU" in result.stderr  # the visible note
 
@@ -271,3 +272,57 @@ def test_capture_probes_the_profilers_cost(tiny_run):
     loops = probe["loop_ms"]
     assert all(loops[k]["profiled_p50"] > loops[k]["unprofiled_p50"] for k in ("python_call", "c_call", "op"))
     assert probe["probe_s"] > 0
+
+
+def test_stackless_pass_records_the_same_window_without_python_events(tiny_run):
+    """The window runs once more under the same settings but without Python stacks: no python_function event, the
+    same steps and, step by step, the same sequence of call boundaries, so every step lines up with the trace's;
+    a folder walk still finds one trace, and the analysis reads the stackless pass beside it."""
+    from analyzer import api
+    from analyzer.views.stackless import host_gaps
+    run, _ = tiny_run
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["stackless_pass"]["trace"] == "rank0.stackless.trace.json.gz"
+    assert meta["stackless_pass"]["recorded_steps"] == meta["profiled"]["recorded_steps"]
+    assert [i.trace.name for i in api.find(run)] == ["rank0.trace.json.gz"]
+    trace = api.load(run, cache=False)
+    assert trace.stackless is not None and len(trace.stackless.frames) == 0 and len(trace.model.frames) > 0
+    assert len(trace.stackless.steps) == len(trace.model.steps)
+    gaps = host_gaps(trace.model, trace.stackless)
+    assert gaps.steps == meta["profiled"]["recorded_steps"] and gaps.steps_matched == gaps.steps
+    assert (gaps.end_ns >= gaps.start_ns).all() and (gaps.stackless_ns >= 0).all()
+    stacked, stackless = (gaps.end_ns - gaps.start_ns).sum(), gaps.stackless_ns.sum()
+    assert stackless < stacked  # the Python events' cost is gone
+
+
+def test_stackless_pass_times_a_pure_python_helper(tmp_path):
+    """decode_host_work's helper (3,000 iterations of a generator expression) records ~6,000 Python events a step
+    with stacks; in the stackless pass the gap that holds it is several times shorter, and no longer than the whole
+    unprofiled step. What the gaps lost to their Python events, over their probed cost, is the ratio the what-if
+    scales the other Python events by."""
+    import numpy as np
+    from conftest import run_cli
+    from analyzer import api
+    from analyzer.views.profiler_cost import _stackless_frames, event_costs
+    from analyzer.views.context import AnalysisContext
+    result = run_cli("capture", "workloads/host_work.yaml", "--out", str(tmp_path), "--set", "model.preset=tiny",
+                     "--set", "profiler.active=3", "--set", "timing.sessions=1")
+    assert result.returncode == 0, result.stderr
+    trace = api.load(only_run(tmp_path), cache=False)
+    ctx = AnalysisContext(trace.model, trace.meta, stackless=trace.stackless)
+    gaps, m = ctx.stackless_gaps, trace.model
+    assert gaps.steps_matched == gaps.steps == 4  # the prefill and 3 decode steps
+    helper = [k for k, n in enumerate(m.names) if n.startswith("workloads/decode_host_work.py") and "position_checksum"
+              in n]
+    starts = m.frames.start_ns[np.isin(m.frames.name, helper)]
+    at = np.searchsorted(gaps.start_ns, starts, side="right") - 1
+    assert len(at) == 3 and (starts < gaps.end_ns[at]).all()  # one call a decode step, each inside a timed gap
+    stacked, stackless = gaps.end_ns[at] - gaps.start_ns[at], gaps.stackless_ns[at]
+    assert (stacked > 2 * stackless).all()
+    assert (stackless < trace.meta.get("unprofiled", "step_ms", "p50") * 1e6).all()
+    us = event_costs(ctx).per_event_us
+    builtin = np.array([n.startswith("<built-in") for n in m.names], bool)
+    probed = np.where(builtin[m.frames.name], us["c_call"], us["python_call"]) * 1e3
+    _, (_, _, measured), summary = _stackless_frames(m, probed, gaps)
+    assert summary["python_events"] > 3 * 6000 and summary["measured_ms"] == pytest.approx(measured.sum() / 1e6, rel=1e-3)
+    assert 0.2 < summary["measured_over_probed"] < 5  # the probe and the stackless pass agree to a small factor
