@@ -1,14 +1,16 @@
 """The capture's phase sequence on the CPU with a stand-in workload kind: each phase returns its part of meta.json,
 the parts merge in order, and a failing phase keeps the parts before it in a published, incomplete run folder."""
+import gzip
 import io
 import json
+from collections import Counter
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from analyzer.capture.config import load_config  # noqa: E402
-from analyzer.capture.phases import TRACE_FILE, Plan, ProfilePlan, Recorded, Schedule  # noqa: E402
+from analyzer.capture.phases import STACKLESS_FILE, TRACE_FILE, Plan, ProfilePlan, Recorded, Schedule  # noqa: E402
 from analyzer.capture.runfolder import RunFolder  # noqa: E402
 from analyzer.capture.runner import Outcome, publish, run_phases  # noqa: E402
 from analyzer.capture.session import CaptureSession  # noqa: E402
@@ -19,6 +21,7 @@ from conftest import REPO  # noqa: E402
 class FakeKind:
     """Two steps of a tiny matmul, recorded after one skipped step; fails in the phase it is told to."""
     unit = "steps"
+    repeats_window = True
 
     def __init__(self, fail_in=None, schedule=Schedule(0, 1, 2)):
         self.fail_in, self.schedule = fail_in, schedule
@@ -73,7 +76,7 @@ def test_parts_merge_in_phase_order(session):
     run_phases(session, FakeKind, outcome)
     assert outcome.complete and outcome.error is None and outcome.exit_code == 0
     parts = outcome.parts
-    assert list(parts) == ["unprofiled", "serving", "profiler_cost", "profiled", "sample_tokens"]
+    assert list(parts) == ["unprofiled", "serving", "profiler_cost", "profiled", "stackless_pass", "sample_tokens"]
     assert parts["profiler_cost"]["settings"]["with_stack"] is True  # the probe ran with the run's own settings
     assert parts["serving"] == {"options": {"rate": 1}, "profiled": {"engine_steps": 2}}
     profiled = parts["profiled"]
@@ -81,6 +84,24 @@ def test_parts_merge_in_phase_order(session):
     assert profiled["schedule"] == {"wait": 0, "warmup": 1, "active": 2} and profiled["trace"] == TRACE_FILE
     assert profiled["memory_stats_delta"] == {} and profiled["memory_stats_after"] == {}  # CPU: no CUDA counters
     assert session.file(TRACE_FILE).is_file()
+    stackless = parts["stackless_pass"]
+    assert stackless["trace"] == STACKLESS_FILE and stackless["with_stack"] is False
+    assert stackless["recorded_steps"] == 2
+    with gzip.open(session.file(STACKLESS_FILE), "rt") as f:
+        events = json.load(f)["traceEvents"]
+    names = Counter(e.get("name") for e in events)
+    assert names["fake#1"] == names["fake#2"] == 1 and names["aten::matmul"] >= 2  # the same window, recorded again
+    assert not any(e.get("cat") == "python_function" for e in events)  # without Python stacks
+
+
+def test_a_kind_that_cannot_repeat_its_window_gets_no_stackless_pass(session):
+    class OneShot(FakeKind):
+        repeats_window = False  # a serving session follows its own arrivals
+
+    outcome = Outcome()
+    run_phases(session, OneShot, outcome)
+    assert outcome.complete and "stackless_pass" not in outcome.parts
+    assert not session.file(STACKLESS_FILE).exists()
 
 
 def test_unscheduled_window_records_everything(session):
