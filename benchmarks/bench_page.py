@@ -90,7 +90,7 @@ def _spread(loads: list[dict]) -> str:
 
 def middle_step_ms(traces_dir: Path, run_id: str, t0_us: float) -> float | None:
     """The middle of the middle step (zooms centred there show work, not a gap between steps)."""
-    from dashboard.runs import RunStore
+    from analyzer.api import RunStore
     store = RunStore(traces_dir)
     run = store.find(run_id)
     steps = (store.cached_report(run) or {}).get("gaps", {}).get("per_step") if run else None

@@ -20,7 +20,7 @@ from dash import Input, Output, dcc, html
 from dashboard import downloads, plotly_lite
 from dashboard.pages import diff, job, run, runlist
 from dashboard.pages.common import error_card
-from dashboard.runs import RunStore
+from analyzer.api import RunStore
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 LOADING_TEXT = "Loading… a run opened for the first time is analyzed now (seconds); its report is then cached."

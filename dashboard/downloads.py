@@ -12,7 +12,7 @@ from urllib.parse import unquote
 from flask import Flask, Response, abort, request, send_file
 
 from analyzer.errors import UsageError
-from dashboard.runs import RunStore
+from analyzer.api import RunStore
 
 REPORTS = {"report.md": "text/markdown; charset=utf-8", "report.html": "text/html; charset=utf-8"}
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c|00)", re.IGNORECASE)

@@ -78,7 +78,7 @@ DECLARED_UNUSED_OK = {
 
 # (module, module it imports) -> why a module of one install may import code that serves another extra.
 CROSS_OK = {
-    ("analyzer/api.py", "analyzer.report.hta"): "analyze --hta: run_hta imports HTA under try/except and puts the "
+    ("analyzer/api/core.py", "analyzer.report.hta"): "analyze --hta: run_hta imports HTA under try/except and puts the "
                                                 "failure, with the install hint, in the report",
 }
 

@@ -14,7 +14,7 @@ from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
 from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, error_card, markdown_block, run_href,
                                    window_from_relayout)
-from dashboard.runs import RunStore
+from analyzer.api import RunStore
 
 STATUS_COLORS = {"fixed": "#009E73", "new": "#D55E00", "changed": "#E69F00", "unchanged": "#999999"}
 

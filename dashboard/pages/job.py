@@ -15,7 +15,7 @@ from analyzer.api import window_start_us
 from analyzer.units import fmt_pct, fmt_us
 from dashboard.figures import GRAPH_CONFIG, job_heatmap
 from dashboard.pages.common import badge, download_href, error_card, markdown_block, run_href
-from dashboard.runs import RunStore
+from analyzer.api import RunStore
 
 HEATMAP = "job-heatmap"
 

@@ -18,7 +18,7 @@ from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segm
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, cause_badge, download_href, error_card,
                                     markdown_block, run_href, severity_badge, window_bar, window_from_relayout,
                                     window_parts)
-from dashboard.runs import RunStore, format_created
+from analyzer.api import RunStore, format_created
 
 FINDING = "finding"
 OCCURRENCE = "occurrence"

@@ -10,7 +10,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html
 
 from analyzer.units import fmt_pct, fmt_us
 from dashboard.pages.common import error_card, run_href, severity_badge, window_bar
-from dashboard.runs import RunRow, RunStore
+from analyzer.api import RunRow, RunStore
 
 HEADERS = ("", "run", "workload", "model · device", "captured", "GPU utilization", "where the window went",
            "biggest saving", "largest finding besides launch overhead")

@@ -19,7 +19,7 @@ from analyzer.report.figures import mem_unit, window_start_us
 from analyzer.units import fmt_bytes, fmt_us
 from dashboard.app import create_app, exposure_warning, main
 from dashboard.figures import SEGMENTS_BEFORE_GROUPING, SMALL_SEGMENT_SHARE, segments_figure
-from dashboard.runs import CACHE_DIR_NAME, RunStore
+from analyzer.api import CACHE_DIR_NAME, RunStore
 from analyzer.api import BINS, EXACT_LIMIT, MARKER_LIMIT
 
 REPO = Path(__file__).resolve().parents[2]

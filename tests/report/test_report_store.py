@@ -13,7 +13,7 @@ from analyzer.cli import load_report
 from analyzer.errors import UsageError
 from analyzer.report.schema import check, json_schema_text
 from conftest import REPO
-from dashboard.runs import RunStore
+from analyzer.api import RunStore
 
 FIX = REPO / "tests" / "fixtures" / "h200"
 GOLDEN = REPO / "tests" / "golden" / "reports"
@@ -98,7 +98,7 @@ def test_the_dashboard_and_analyze_many_find_the_same_traces_in_one_tree(tmp_pat
     """One walker (trace/inputs.walk_traces): hidden folders, the .report folder of a bare trace and the annotated
     copy beside a trace are skipped by the dashboard's run list and by analyze-many alike."""
     from analyzer.fleet.inputs import expand
-    from dashboard.runs import discover_runs
+    from analyzer.api import discover_runs
     root = tmp_path / "runs"
     trace = FIX / "decode" / "rank0.trace.json.gz"
     for rel in ("a/rank0.trace.json.gz", "a/rank0.annotated.trace.json.gz", "b/rank0.trace.json.gz",

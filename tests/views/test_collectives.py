@@ -153,7 +153,7 @@ def test_comm_op_args_are_read_with_the_trace(monkeypatch, tmp_path, chunked):
 def test_the_run_page_says_how_much_of_busy_was_communication(tmp_path):
     import shutil
     from dashboard.pages import run as run_page
-    from dashboard.runs import RunStore
+    from analyzer.api import RunStore
     (tmp_path / "ddp").mkdir()
     shutil.copy(DDP, tmp_path / "ddp" / DDP.name)
     page = str(run_page.layout(RunStore(tmp_path), "ddp", {}).to_plotly_json())

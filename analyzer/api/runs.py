@@ -1,8 +1,9 @@
 """The runs under the traces folder: discovery, what the run list shows of each, and reports analyzed once and
-cached on disk (report.* in the run folder, else under DIR/.gpu-idle-cache/, else in memory).
+cached on disk (report.* in the run folder, else under DIR/.gpu-idle-cache/, else in memory). The one owner of the
+run list and of a run's report for the dashboard, the command line and the MCP server.
 
-The browser only ever names a run by its id (its folder relative to DIR); paths are looked up from discovery,
-never built from what a client sent. Folders or files whose real path leaves DIR (symlinks) are not runs.
+A client only ever names a run by its id (its folder relative to DIR); paths are looked up from discovery, never
+built from what a client sent. Folders or files whose real path leaves DIR (symlinks) are not runs.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import zlib
 from collections import OrderedDict
 from pathlib import Path
 
-from analyzer import api
-from analyzer.api import RunMeta, TimelineData, is_within, read_meta, trace_stem, walk_traces
+from analyzer.api import core as api
+from analyzer.api.core import RunMeta, TimelineData, is_within, read_meta, trace_stem, walk_traces
+from analyzer.api.lru import SizedLru
 from analyzer.errors import UsageError
-from dashboard.lru import SizedLru
 
 CACHE_DIR_NAME = ".gpu-idle-cache"
 PROBE_FULL_GZIP_BYTES = 16 << 20  # larger gzipped traces are only checked when analyzed

@@ -1,12 +1,6 @@
-"""The one door to the analyzer, for the command line and the dashboard: find traces, load one, analyze it (the
-analysis keeps the trace model and its views, so the dashboard's lanes reuse them), render and write the reports,
-compare two reports, and serve the timeline's lanes.
-
-    trace = api.load(path)                   # a Trace: the model, its run's meta.json, where reports go
-    analysis = api.analyze(trace)            # report.json's dictionary in analysis.report
-    api.write(analysis)                      # report.json / report.md / report.html, atomically
-    data = api.timeline(analysis)            # the dashboard's lanes; data.view(lo_ns, hi_ns)
-"""
+"""One trace at a time (analyzer.api re-exports all of it): find traces, load one, analyze it (the analysis keeps
+the trace model and its views, so the dashboard's lanes reuse them), render and write the reports, compare two
+reports, and serve the timeline's lanes."""
 from __future__ import annotations
 
 import dataclasses
