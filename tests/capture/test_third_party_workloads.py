@@ -158,7 +158,8 @@ def test_hf_generate_capture_on_cpu(tmp_path, cli):
     assert result.returncode == 0, result.stderr
     run = only_run(out)
     assert run.name.startswith("hf_generate-")
-    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "rank0.trace.json.gz"]
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "rank0.stackless.trace.json.gz",
+                                                     "rank0.trace.json.gz"]
     events, meta = load_run(run)
     assert meta["complete"] is True and meta["workload"]["hf"] == {"max_new_tokens": 4}
     timing = meta["unprofiled"]

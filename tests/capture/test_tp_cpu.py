@@ -141,7 +141,12 @@ def within(evs, step, name, cat):
 
 
 def test_one_run_folder_with_a_trace_per_rank(tp_run):
-    assert sorted(p.name for p in tp_run.iterdir()) == ["meta.json", "rank0.trace.json.gz", "rank1.trace.json.gz"]
+    assert sorted(p.name for p in tp_run.iterdir()) == ["meta.json", "rank0.stackless.trace.json.gz",
+                                                        "rank0.trace.json.gz", "rank1.stackless.trace.json.gz",
+                                                        "rank1.trace.json.gz"]
+    from analyzer import api
+    assert Path(api.load(tp_run / "rank1.trace.json.gz", cache=False).stackless.path).name == \
+        "rank1.stackless.trace.json.gz"  # each rank's own stackless pass
     meta = json.loads((tp_run / "meta.json").read_text())
     d = meta["distributed"]
     assert meta["complete"] is True and d["backend"] == "gloo" and d["world_size"] == 2 and d["nccl_version"] is None
