@@ -1,4 +1,4 @@
-"""The command line: `python -m analyzer {capture,analyze,analyze-many,query,diff,check,dashboard,schema} ...`, one function per subcommand.
+"""The command line: `python -m analyzer {capture,analyze,analyze-many,query,diff,check,dashboard,mcp,schema} ...`, one function per subcommand.
 
 Only this module knows about exit codes and stderr: the layers below raise UsageError (exit status 2, one line) and
 keep their tracebacks for bugs. Subcommands import their layers lazily, so `capture` needs only torch, pyyaml and
@@ -162,6 +162,25 @@ def cmd_query(args) -> int:
 def cmd_dashboard(args) -> int:
     from dashboard.app import main as dashboard_main
     return dashboard_main(args.dashboard_args)
+
+
+def cmd_mcp(args) -> int:
+    """The MCP server over the runs under --traces (stdio, or streamable HTTP with --http PORT)."""
+    try:
+        import mcp  # noqa: F401 - the [mcp] extra: an install hint, not an ImportError's traceback
+    except ImportError:
+        raise UsageError("mcp needs the mcp extra, which is not installed (no module named mcp): "
+                         "pip install -e '.[mcp]'") from None
+    traces = Path(args.traces)
+    if not traces.is_dir():
+        raise UsageError(f"--traces {traces}: no such folder of runs")
+    if args.dataset is not None:
+        if not (Path(args.dataset) / "traces").is_dir():
+            raise UsageError(f"--dataset {args.dataset}: not an analyze-many dataset (no traces/ folder in it)")
+        _needs_fleet("mcp --dataset", ("duckdb", "pyarrow"))
+    from analyzer.mcp.server import run as serve
+    serve(traces, Path(args.dataset) if args.dataset else None, args.allow_capture, args.http, args.host)
+    return 0
 
 
 def cmd_schema(args) -> int:
@@ -342,6 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
                           add_help=False)
     dash.add_argument("dashboard_args", nargs=argparse.REMAINDER, help="--traces DIR --host HOST --port PORT")
     dash.set_defaults(func=cmd_dashboard)
+    mcp = sub.add_parser("mcp", help="a Model Context Protocol server over the runs, reports, diffs and dataset, for "
+                                     "an assistant (stdio; streamable HTTP with --http)")
+    mcp.add_argument("--traces", default="traces", help="folder of run folders (default: traces)")
+    mcp.add_argument("--dataset", metavar="DIR", help="an analyze-many dataset for the query tool")
+    mcp.add_argument("--allow-capture", action="store_true",
+                     help="let the capture tool run workloads (it runs their code; off by default)")
+    mcp.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="address for --http (default: 127.0.0.1)")
+    mcp.set_defaults(func=cmd_mcp)
     schema = sub.add_parser("schema", help="print the workload YAML schema")
     schema.set_defaults(func=cmd_schema)
     return parser

@@ -19,8 +19,10 @@ ALLOWED = {  # layer -> layers it may import (besides itself and the leaves)
     "analyzer.api": {"analyzer.report", "analyzer.timeline", "analyzer.compare", "analyzer.detectors", "analyzer.views",
                      "analyzer.trace"},
     "analyzer.fleet": {"analyzer.api", "analyzer.report", "analyzer.trace", "analyzer.views"},
+    "analyzer.mcp": {"analyzer.api", "analyzer.fleet"},  # the MCP server: runs and reports through the door, SQL
+    # over a dataset through the fleet's sandboxed query
     "analyzer.cli": {"analyzer.api", "analyzer.capture", "analyzer.report", "analyzer.compare", "analyzer.fleet",
-                     "dashboard"},
+                     "analyzer.mcp", "dashboard"},
     "analyzer.__main__": {"analyzer.cli"},
     "dashboard": {"analyzer.api", "analyzer.report.palette"},
     "workloads": set(),  # analyzer.errors (a leaf) only: the scripts know nothing of the analyzer
@@ -38,7 +40,8 @@ THIRD_PARTY = {
     "analyzer.compare": {"numpy", "plotly"},  # plotly: diff.html's figures
     "analyzer.api": {"numpy"},
     "analyzer.fleet": {"numpy", "pandas", "pyarrow", "duckdb", "distributed", "psutil"},
-    "analyzer.cli": set(),
+    "analyzer.mcp": {"mcp"},  # the official SDK ([mcp] extra)
+    "analyzer.cli": {"mcp"},  # cmd_mcp: an install hint where the [mcp] extra is missing
     "analyzer.__main__": set(),
     "dashboard": {"numpy", "dash", "flask", "plotly", "werkzeug"},
     "workloads": {"torch", "numpy", "transformers"},  # transformers: workloads/hf_generate.py ([hf] extra)

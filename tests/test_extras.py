@@ -46,6 +46,8 @@ SERVES = {
     "analyzer/cli.py::cmd_analyze_many": "fleet",
     "analyzer/cli.py::cmd_query": "fleet",
     "analyzer/report/hta.py": "hta",  # analyze --hta
+    "analyzer/mcp": "mcp",  # python -m analyzer mcp
+    "analyzer/cli.py::cmd_mcp": "mcp",
     "workloads/hf_generate.py": "hf",  # workloads/hf_generate.yaml
     "workloads/hf_generate_static.py": "hf",  # its fixed twin (timing.compare_fix)
     # Development: the suite, and the benchmarks and scripts run from a checkout set up with the test extra
@@ -59,7 +61,7 @@ SERVES = {
 # and test_runtime_vs_transformers.py run hf_generate. So the test extra declares what those modules import too,
 # or the suite passes only thanks to what some other package brings (pandas came with traceinsight). The hta
 # extra is not among them: its test accepts HTA missing (tests/test_cli_analyze.py checks the install hint then).
-TEST_RUNS = ("fleet", "hf")
+TEST_RUNS = ("fleet", "hf", "mcp")
 
 # (module, import name) -> why that module may import a package its install does not declare. Only optional
 # imports whose absence the module handles belong here.
@@ -78,6 +80,9 @@ DECLARED_UNUSED_OK = {
 
 # (module, module it imports) -> why a module of one install may import code that serves another extra.
 CROSS_OK = {
+    ("analyzer/mcp/answers.py", "analyzer.fleet.query"): "the query tool: its import is inside the function, which "
+                                                         "the server reaches only with --dataset, where cmd_mcp "
+                                                         "checked for the fleet extra first (an install hint)",
     ("analyzer/api/core.py", "analyzer.report.hta"): "analyze --hta: run_hta imports HTA under try/except and puts the "
                                                 "failure, with the install hint, in the report",
 }

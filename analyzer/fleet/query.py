@@ -54,6 +54,38 @@ def query(out_dir: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
         con.close()
 
 
+def query_sandboxed(out_dir: str | Path, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
+    """One read-only SELECT over the dataset, for callers that pass on SQL they did not write (the MCP server):
+    one statement, a SELECT (a query, a WITH, a FROM-first), run with every file outside the dataset's folder out of
+    reach (DuckDB's enable_external_access off, allowed_directories the dataset, the setting locked: no ATTACH,
+    COPY, INSTALL, LOAD, and no other file read). Returns (columns, at most `limit` rows, whether more were left);
+    anything else is a one-line UsageError."""
+    import duckdb
+    out_dir = Path(out_dir).resolve()
+    con = connect(out_dir, [t for t in SCHEMA if re.search(rf"\b{t}\b", sql, re.I)])
+    try:
+        try:
+            statements = con.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise UsageError(f"sql: {str(exc).strip().splitlines()[0]}") from None
+        if len(statements) != 1:
+            raise UsageError(f"sql: one statement, not {len(statements)}")
+        if statements[0].type != duckdb.StatementType.SELECT:
+            raise UsageError(f"sql: only a SELECT reads the dataset here, not {statements[0].type.name}")
+        con.execute(f"SET allowed_directories = ['{str(out_dir).replace(chr(39), chr(39) * 2)}']")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        try:
+            cursor = con.execute(sql)
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchmany(limit + 1) if cursor.description else []
+        except duckdb.Error as exc:
+            raise UsageError(f"sql: {str(exc).strip().splitlines()[0]}") from None
+        return columns, rows[:limit], len(rows) > limit
+    finally:
+        con.close()
+
+
 def render(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
     if fmt == "csv":
         buf = io.StringIO()
