@@ -23,7 +23,7 @@ from analyzer.report.markdown import numbered
 from analyzer.report.validity_text import validity_items, validity_line
 from analyzer.report.whatif_text import ranked, saving_cell, summary_line as what_if_summary, what_if_line
 from analyzer.report.plotly_json import packed
-from analyzer.report.stored import fresh_report, is_report_of, read_report, read_report_or_none
+from analyzer.report.stored import fresh_report, is_report_of, read_report, read_report_listing, read_report_or_none
 from analyzer.trace import TraceError, TraceModel, load_trace
 from analyzer.trace.inputs import (TraceInput, is_trace_file, is_within, latest_run, resolve_inputs, stackless_beside,
                                    trace_stem, walk_traces)
@@ -37,7 +37,7 @@ __all__ = [
     "RunMeta", "TimelineData", "TimelineView", "Trace", "TraceInput", "analyze", "annotate", "compare", "find",
     "fresh_report", "is_improvement", "is_report_of", "is_trace_file", "is_within", "latest_run", "load",
     "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "read_report",
-    "read_report_or_none", "render", "render_diff_markdown", "saving_cell", "timeline", "trace_stem",
+    "read_report_listing", "read_report_or_none", "render", "render_diff_markdown", "saving_cell", "timeline", "trace_stem",
     "validity_items", "validity_line", "views", "walk_traces", "what_if_line", "what_if_summary", "window_start_us", "write",
     "write_reports",
 ]

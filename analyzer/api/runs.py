@@ -294,10 +294,10 @@ class RunStore:
                     created=format_created(meta.get("created_utc")) if meta else file_time(run.trace))
         if meta_error:
             return RunRow(**base, status="error", error=meta_error)
-        error = self.known_error(run)
+        summary = self._cached_summary(run)  # a fresh report: the trace read whole once, no probe needed
+        error = self.known_error(run) if summary is None else None
         if error:
             return RunRow(**base, status="error", error=error)
-        summary = self._cached_summary(run)
         if summary is None:
             with self._lock:
                 status = self._queued.get(run.run_id, "not analyzed")
@@ -332,7 +332,7 @@ class RunStore:
             return _summary_of(report) if report else None
         key = (str(path), path.stat().st_mtime_ns)
         if key not in self._summaries:
-            report = api.read_report_or_none(path)
+            report = api.read_report_listing(path)
             self._summaries[key] = _summary_of(report) if report else None
         return self._summaries[key]
 
