@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Callable
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from analyzer import __version__
-from analyzer.mcp import answers
+from analyzer.mcp import answers, shapes
 from analyzer.mcp.answers import BadArgument, Roots
 
 INSTRUCTIONS = (
@@ -27,7 +27,6 @@ INSTRUCTIONS = (
     "says whether a change worked (measured step change against its noise, and what the fixed findings predicted); "
     "query runs read-only SQL over an analyze-many dataset; capture (when allowed) profiles a workload YAML.")
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-Structured = Annotated[CallToolResult, dict[str, Any]]
 
 
 def _result(answer: Callable[[], dict]) -> CallToolResult:
@@ -79,39 +78,39 @@ def build_server(traces: Path, dataset: Path | None = None, allow_capture: bool 
                        middleware=[one_line_tool_errors])
 
     @server.tool(annotations=READ_ONLY)
-    def list_runs(offset: int = 0, limit: int = answers.PAGE) -> Structured:
+    def list_runs(offset: int = 0, limit: int = answers.PAGE) -> Annotated[CallToolResult, shapes.RunList]:
         """The runs under the traces folder, newest first: workload, device, GPU utilization, and the finding
         whose fix saves the most, from the reports already analyzed (a run not analyzed yet says so)."""
         return _result(lambda: answers.list_runs(roots, offset, limit))
 
     @server.tool(annotations=READ_ONLY)
-    def analyze(run: str, offset: int = 0, limit: int = answers.PAGE) -> Structured:
+    def analyze(run: str, offset: int = 0, limit: int = answers.PAGE) -> Annotated[CallToolResult, shapes.Analysis]:
         """A run (its id from list_runs, or the path of its folder or trace under the traces folder): summary,
         trace checks that warn or fail, and top-level findings ranked by what fixing them saves, with confidence.
         Analyzes the trace on first use; later calls read the report back."""
         return _result(lambda: answers.analyze(roots, run, offset, limit))
 
     @server.tool(annotations=READ_ONLY)
-    def finding(run: str, finding_id: str) -> Structured:
+    def finding(run: str, finding_id: str) -> Annotated[CallToolResult, shapes.FindingFull]:
         """One finding of a run in full: call site, Python frames, source lines, advice, what its fix buys, the
         findings that refine it, and its first occurrences."""
         return _result(lambda: answers.finding(roots, run, finding_id))
 
     @server.tool(annotations=READ_ONLY)
-    def compare(before: str, after: str) -> Structured:
+    def compare(before: str, after: str) -> Annotated[CallToolResult, shapes.Comparison]:
         """Did the change work: two runs (before, after) compared: the verdict, the measured step change and its
         noise, and each fixed finding's predicted saving beside it."""
         return _result(lambda: answers.compare(roots, before, after))
 
     @server.tool(annotations=READ_ONLY)
-    def query(sql: str, limit: int = 100) -> Structured:
+    def query(sql: str, limit: int = 100) -> Annotated[CallToolResult, shapes.QueryResult]:
         """Read-only SQL (one SELECT; DuckDB) over the analyze-many dataset given at start (tables as in
         docs/fleet.md: traces, findings, steps, ...), at most `limit` rows."""
         return _result(lambda: answers.query(roots, sql, limit))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                              open_world_hint=False))
-    def capture(workload: str, overrides: list[str] | None = None) -> Structured:
+    def capture(workload: str, overrides: list[str] | None = None) -> Annotated[CallToolResult, shapes.Captured]:
         """Profile a workload YAML (under workloads/ or the traces folder) with `--set KEY=VALUE` overrides into a
         new run under the traces folder. Runs the workload's code: refused unless the server was started with
         --allow-capture."""

@@ -69,6 +69,9 @@ def test_tools_have_typed_input_schemas(roots):
     assert analyze["required"] == ["run"] and analyze["properties"]["run"]["type"] == "string"
     assert analyze["properties"]["limit"]["type"] == "integer"
     assert tools["list_runs"].annotations.read_only_hint and not tools["capture"].annotations.read_only_hint
+    out = tools["analyze"].output_schema  # typed structured content, which the SDK checks every answer against
+    assert out["properties"]["findings"]["items"] == {"$ref": "#/$defs/FindingBrief"}
+    assert {"saving_ms", "gpu_idle_us", "confidence", "call_site"} <= set(out["$defs"]["FindingBrief"]["properties"])
 
 
 def test_list_runs_pages_and_names_what_is_left(roots):
