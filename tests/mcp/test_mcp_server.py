@@ -19,6 +19,7 @@ from conftest import REPO, run_cli  # noqa: E402
 EXAMPLES = REPO / "traces" / "examples"
 EXTERNAL = REPO.parent / "shared" / "traces" / "external"
 EXTERNAL_TRACE = EXTERNAL / "rtx3080-toy-mlp-dataloader-no-workers.json.gz"
+EXTERNAL_TWIN = EXTERNAL / "rtx3080-toy-mlp-dataloader-8-workers.json.gz"  # the same script with 8 workers
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +31,24 @@ def roots(tmp_path_factory):
     for name in ("item_sync", "decode", "host_work"):
         shutil.copytree(EXAMPLES / name, root / name)
     if EXTERNAL_TRACE.is_file():
-        (root / "external").mkdir()
-        shutil.copy(EXTERNAL_TRACE, root / "external" / EXTERNAL_TRACE.name)
+        for folder, trace in (("external", EXTERNAL_TRACE), ("external_workers", EXTERNAL_TWIN)):
+            (root / folder).mkdir()
+            shutil.copy(trace, root / folder / trace.name)
     outside = tmp_path_factory.mktemp("outside")
     shutil.copytree(EXAMPLES / "graph_decode", outside / "graph_decode")
     (root / "escape").symlink_to(outside / "graph_decode", target_is_directory=True)
     return root, outside
 
 
+def client(server) -> Client:
+    """The SDK's in-memory transport: JSON-RPC over memory streams, after the initialize handshake."""
+    return Client(server, mode="legacy")
+
+
 def call(server, tool: str, args: dict):
     async def go():
-        async with Client(server) as client:
-            return await client.call_tool(tool, args)
+        async with client(server) as session:
+            return await session.call_tool(tool, args)
     return asyncio.run(go())
 
 
@@ -61,8 +68,8 @@ def refused(result) -> str:
 
 def test_tools_have_typed_input_schemas(roots):
     async def go():
-        async with Client(build_server(roots[0])) as client:
-            return {t.name: t for t in (await client.list_tools()).tools}
+        async with client(build_server(roots[0])) as session:
+            return {t.name: t for t in (await session.list_tools()).tools}
     tools = asyncio.run(go())
     assert set(tools) == {"list_runs", "analyze", "finding", "compare", "query", "capture"}
     analyze = tools["analyze"].input_schema
@@ -77,12 +84,13 @@ def test_tools_have_typed_input_schemas(roots):
 def test_list_runs_pages_and_names_what_is_left(roots):
     server = build_server(roots[0])
     first = ok(call(server, "list_runs", {"limit": 2}))
-    total = 4 if EXTERNAL_TRACE.is_file() else 3  # the symlink out of the root is not a run
+    total = 5 if EXTERNAL_TRACE.is_file() else 3  # the symlink out of the root is not a run
     assert first["total"] == total and len(first["runs"]) == 2 and first["next_offset"] == 2
     assert first["note"] == f"{total - 2} more runs: call list_runs again with offset=2"
     rest = ok(call(server, "list_runs", {"offset": 2}))
     ids = [r["run"] for r in first["runs"] + rest["runs"]]
-    assert sorted(ids) == sorted(["item_sync", "decode", "host_work"] + (["external"] if total == 4 else []))
+    assert sorted(ids) == sorted(["item_sync", "decode", "host_work"] +
+                                 (["external", "external_workers"] if total == 5 else []))
     assert rest["next_offset"] is None and rest["note"] is None
     row = next(r for r in first["runs"] + rest["runs"] if r["run"] == "item_sync")
     assert row["device"] == "NVIDIA H200" and row["workload"] == "item_sync"
@@ -131,6 +139,8 @@ def test_a_trace_nobody_here_made(roots):
     assert out["what_if_text"].startswith("What a fix buys: no estimates for this trace (several threads")
     first = out["findings"][0]["id"]
     assert ok(call(server, "finding", {"run": "external", "finding_id": first}))["id"] == first
+    diff = ok(call(server, "compare", {"before": "external", "after": "external_workers"}))
+    assert diff["verdict"]["outcome"] in ("better", "worse", "mixed", "unchanged") and diff["before"] == "external"
 
 
 def test_hostile_paths_are_refused_and_the_server_keeps_serving(roots):
@@ -152,11 +162,11 @@ def test_hostile_paths_are_refused_and_the_server_keeps_serving(roots):
 
 def test_report_md_resource_and_prompts(roots):
     async def go():
-        async with Client(build_server(roots[0])) as client:
-            templates = (await client.list_resource_templates()).resource_templates
-            text = (await client.read_resource("gpu-idle://run/item_sync/report.md")).contents[0].text
-            prompts = {p.name for p in (await client.list_prompts()).prompts}
-            diagnose = (await client.get_prompt("diagnose", {"run": "item_sync"})).messages[0].content.text
+        async with client(build_server(roots[0])) as session:
+            templates = (await session.list_resource_templates()).resource_templates
+            text = (await session.read_resource("gpu-idle://run/item_sync/report.md")).contents[0].text
+            prompts = {p.name for p in (await session.list_prompts()).prompts}
+            diagnose = (await session.get_prompt("diagnose", {"run": "item_sync"})).messages[0].content.text
             return templates, text, prompts, diagnose
     templates, text, prompts, diagnose = asyncio.run(go())
     assert [t.uri_template for t in templates] == ["gpu-idle://run/{+run}/report.md"]
