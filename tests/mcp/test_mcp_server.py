@@ -242,3 +242,34 @@ def test_one_line_error_keeps_our_own_refusals():
 def test_mcp_command_refuses_a_missing_traces_folder(tmp_path):
     result = run_cli("mcp", "--traces", str(tmp_path / "nope"))
     assert result.returncode == 2 and result.stderr.strip() == f"error: --traces {tmp_path / 'nope'}: no such folder of runs"
+
+
+def test_streamable_http_on_a_flag(roots):
+    """`--http PORT`: the same tools over streamable HTTP (the server is up once its port takes a connection)."""
+    import socket
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "analyzer", "mcp", "--traces", str(roots[0]), "--http", str(port)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:  # until it listens, or it died
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                try:  # a tenth of a second for it to start, or its exit status
+                    proc.wait(timeout=0.1)
+                    pytest.fail(f"the server exited {proc.returncode}: {proc.stderr.read().decode()[-500:]}")
+                except subprocess.TimeoutExpired:
+                    pass
+
+        async def go():
+            async with Client(f"http://127.0.0.1:{port}/mcp") as session:
+                return await session.call_tool("list_runs", {"limit": 1})
+        out = ok(asyncio.run(go()))
+        assert len(out["runs"]) == 1 and out["total"] >= 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
