@@ -147,7 +147,8 @@ def analyze(roots: Roots, run: str, offset: int = 0, limit: int = PAGE) -> dict:
             f"{found.run_id}: no GPU activity")
     if lead is not None:
         saving = (lead.get("what_if") or {}).get("saving_ms")
-        text += f"; first finding: {lead['title']}" + (f" (fix saves {saving:.2f} ms)" if saving else "")
+        unit = f"per {what_if.get('step_label')}" if what_if.get("measure") == "step" else "over the window"
+        text += f"; first finding: {lead['title']}" + (f" (its fix saves {saving:.2f} ms {unit})" if saving else "")
     if validity["failed"]:
         text += f"; trace checks failed: {', '.join(validity['failed'])}"
     return {"text": _line(text), "run": found.run_id, "trace": str(found.trace.relative_to(roots.traces)),
