@@ -33,9 +33,14 @@ done
 # GPU-bound pairs: the step replayed as a CUDA graph at batch 8, so that the GPU is the bottleneck; the pathology is
 # a per-step .item() plus host work (its twins: without the read-back, without the host work), or a per-step pageable
 # upload (its twin: pinned, non_blocking).
+# graph_sync_big_host: the same with 20,000 iterations of the helper (a saving well above the world's error);
+# graph_hidden_host_work: the helper without the read-back, hidden under the next step's GPU work (a fix that buys
+# nothing).
 for pair in graph_sync_host_vs_no_item:decode_sync_host_work:decode_host_work \
     graph_sync_host_vs_no_host_work:decode_sync_host_work:decode_item_sync \
-    graph_pageable_upload:decode_pageable_upload:decode_pinned_upload; do
+    graph_pageable_upload:decode_pageable_upload:decode_pinned_upload \
+    graph_sync_big_host:decode_sync_big_host_work:decode_item_sync \
+    graph_hidden_host_work:decode_host_work:decode; do
   IFS=: read -r name script twin <<< "$pair"
   want "$name" || continue
   python3 -m analyzer capture workloads/graph_decode.yaml --out "$out" --set script="$script" --set batch_size=8 \
