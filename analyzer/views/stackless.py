@@ -19,6 +19,7 @@ import numpy as np
 from analyzer.trace import TraceModel
 
 STEP_PREFIX = "ProfilerStep#"
+StepGaps = tuple[bytes, np.ndarray, np.ndarray]  # a step's key (its sequence of call boundaries), its gaps' lo and hi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,34 +59,35 @@ def _boundaries(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray]:
     return ts[order], (np.r_[name, name] * 2 + is_end)[order]
 
 
-def _step_gaps(model: TraceModel) -> tuple[int, list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]] | None:
-    """The steps' thread and, per step, what bounds its host gaps (each recorded call's start and end, named) and
-    the gaps: the step's start to the first boundary, each boundary to the next, the last to the step's end (gap k
-    runs from lo[k] to hi[k])."""
+def _step_gaps(model: TraceModel, vocabulary: dict[str, int]) -> tuple[int, list[StepGaps]] | None:
+    """The steps' thread and, per step, what bounds its host gaps and the gaps: the step's start to the first
+    boundary, each boundary to the next, the last to the step's end (gap k runs from lo[k] to hi[k]). A step's
+    sequence of boundaries is its key: each boundary's name as an id of `vocabulary` (shared by both passes, whose
+    name tables differ), doubled, plus one at an end, as bytes."""
     rows = _step_rows(model)
     if not len(rows):
         return None
     tids = model.ops.tid[model.steps.op[rows]]
     tid = int(np.bincount(tids - tids.min()).argmax() + tids.min())
     ts, label = _boundaries(model, tid)
-    names = model.names
+    ids = np.array([vocabulary.setdefault(n, len(vocabulary)) for n in model.names], np.int64)
+    label = ids[label >> 1] * 2 + (label & 1) if len(label) else label
     out = []
     for row in rows[tids == tid].tolist():
         lo, hi = int(model.steps.start_ns[row]), int(model.steps.end_ns[row])
         a, b = np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="right")
-        inside = label[a:b]
-        sequence = tuple(names[c >> 1] + ("/" if c & 1 else "") for c in inside.tolist())
-        out.append((sequence, np.r_[lo, ts[a:b]], np.r_[ts[a:b], hi]))
+        out.append((label[a:b].tobytes(), np.r_[lo, ts[a:b]], np.r_[ts[a:b], hi]))
     return tid, out
 
 
 def host_gaps(stacked: TraceModel, stackless: TraceModel) -> HostGaps | None:
     """The stacked trace's step gaps timed by the stackless pass: each step whose sequence of call boundaries some
     stackless step repeats, its gaps against the median of those steps' gaps at the same positions."""
-    mine, theirs = _step_gaps(stacked), _step_gaps(stackless)
+    vocabulary: dict[str, int] = {}
+    mine, theirs = _step_gaps(stacked, vocabulary), _step_gaps(stackless, vocabulary)
     if mine is None or theirs is None:
         return None
-    by_sequence: dict[tuple[str, ...], list[np.ndarray]] = {}
+    by_sequence: dict[bytes, list[np.ndarray]] = {}
     for names, lo, hi in theirs[1]:
         by_sequence.setdefault(names, []).append(hi - lo)
     reference = {names: np.median(np.stack(gaps), axis=0) for names, gaps in by_sequence.items()}
