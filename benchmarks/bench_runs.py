@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         warm = time.perf_counter() - t0
     assert len(rows) == n and all(r.status == "analyzed" for r in rows)
     size = (template / "report.json").stat().st_size if template.exists() else 0
-    print(f"| runs | json.loads of every report.json (baseline) | run list, cold | run list, warm |\n|---|---|---|---|\n"
+    print("| runs | json.loads of every report.json (baseline) | run list, cold | run list, warm |\n|---|---|---|---|\n"
           f"| {n} | {baseline:.2f} s (1.00) | {cold:.2f} s ({cold / baseline:.2f}) | {warm:.2f} s "
           f"({warm / baseline:.2f}) |" + (f" report.json {size / 1e3:.0f} KB" if size else ""))
     return 0

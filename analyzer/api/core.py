@@ -37,9 +37,9 @@ __all__ = [
     "RunMeta", "TimelineData", "TimelineView", "Trace", "TraceInput", "analyze", "annotate", "compare", "find",
     "fresh_report", "is_improvement", "is_report_of", "is_trace_file", "is_within", "latest_run", "load",
     "load_model", "mem_unit", "numbered", "packed", "predicted_text", "ranked", "read_meta", "read_report",
-    "read_report_listing", "read_report_or_none", "render", "render_diff_markdown", "saving_cell", "timeline", "trace_stem",
-    "validity_items", "validity_line", "views", "walk_traces", "what_if_line", "what_if_summary", "window_start_us", "write",
-    "write_reports",
+    "read_report_listing", "read_report_or_none", "render", "render_diff_markdown", "saving_cell", "timeline",
+    "trace_stem", "validity_items", "validity_line", "views", "walk_traces", "what_if_line", "what_if_summary",
+    "window_start_us", "write", "write_reports",
 ]
 
 

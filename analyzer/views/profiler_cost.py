@@ -6,8 +6,8 @@ Each recorded event costs its kind's time from its start: a cpu_op or annotation
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
 activities the call launched); where the capture ran a stackless pass, the Python events of each host gap it timed
-cost what that gap lost to them (analyzer.views.stackless). Where events crowd, the times overlap and count once, so the cost of a span never
-exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to back (eager, or a graph's
+cost what that gap lost to them (analyzer.views.stackless). Where events crowd, the times overlap and count once,
+so the cost of a span never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to back (eager, or a graph's
 nodes): that time comes off each activity's least gap after the one before it on its stream.
 """
 from __future__ import annotations
@@ -172,7 +172,8 @@ def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple,
     length = gaps.end_ns[timed] - gaps.start_ns[timed]
     measured = np.clip(length - gaps.stackless_ns[timed], 0, length)
     ratio = float(measured.sum() / probed[timed].sum())
-    summary.update(gaps=int(len(timed)), python_events=int(len(held)), probed_ms=round(float(probed[timed].sum()) / 1e6, 4),
+    summary.update(gaps=int(len(timed)), python_events=int(len(held)),
+                   probed_ms=round(float(probed[timed].sum()) / 1e6, 4),
                    measured_ms=round(float(measured.sum()) / 1e6, 4), measured_over_probed=round(ratio, 3))
     out = frame_ns.copy()
     if probed[timed].sum() >= RATIO_EVIDENCE_NS:

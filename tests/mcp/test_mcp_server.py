@@ -241,7 +241,8 @@ def test_one_line_error_keeps_our_own_refusals():
 
 def test_mcp_command_refuses_a_missing_traces_folder(tmp_path):
     result = run_cli("mcp", "--traces", str(tmp_path / "nope"))
-    assert result.returncode == 2 and result.stderr.strip() == f"error: --traces {tmp_path / 'nope'}: no such folder of runs"
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --traces {tmp_path / 'nope'}: no such folder of runs"
 
 
 def test_streamable_http_on_a_flag(roots):
