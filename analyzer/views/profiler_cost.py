@@ -7,8 +7,9 @@ Each recorded event costs its kind's time from its start: a cpu_op or annotation
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
 activities the call launched); where the capture ran a stackless pass, the Python events of each host gap it timed
 cost what that gap lost to them (analyzer.views.stackless). Where events crowd, the times overlap and count once,
-so the cost of a span never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to back (eager, or a graph's
-nodes): that time comes off each activity's least gap after the one before it on its stream.
+so the cost of a span never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
+back (eager, or a graph's nodes): that time comes off each activity's least gap after the one before it on its
+stream.
 """
 from __future__ import annotations
 

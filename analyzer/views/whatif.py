@@ -2,10 +2,11 @@
 step time that is left.
 
 The replay runs in the unprofiled world: the profiler's own cost, measured per recorded event
-(analyzer.views.profiler_cost: the capture's probe, else the project's table), is taken out of every thread first, so
-that a saving is stated in the time the user's program runs in, not in the trace's dilated time. Where meta.json
-times the same steps unprofiled (the p50, on the same clock), that step checks the world the costs build; the costs
-are scaled only where it misses by more than CHECK_TOLERANCE.
+(analyzer.views.profiler_cost: the capture's probe, else the project's table; Python code timed against the
+capture's stackless pass where it ran one), is taken out of every thread first, so that a saving is stated in the
+time the user's program runs in, not in the trace's dilated time. Where meta.json times the same steps unprofiled
+(the p50, on the same clock), that step checks the world the costs build; the probed costs (the GPU side's too, not
+the stackless pass's measured ones) are scaled only where it misses by more than CHECK_TOLERANCE.
 
 A detector states its finding's fix as a `Fix`: CPU intervals taken out of their threads (host work, allocator
 calls, a print), blocking calls that no longer wait (the GPU work they waited for still runs), or the steps replayed
@@ -206,7 +207,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
     node_gap, gap_source = graph_node_gap_ns(trace_model)
-    if cost.graph_node_gpu_ns:  # measured under the profiler (as probed: the scale is the check's, of this run)
+    if cost.graph_node_gpu_ns:  # as probed, unscaled: the scale fits this trace's world, not graphs it never ran
         node_gap = max(node_gap - cost.graph_node_gpu_ns, 0)
         gap_source += ", less CUPTI's time per node (the probe's)"
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
