@@ -56,7 +56,7 @@ def page_of(items: list, offset: int, limit: int, what: str, tool: str) -> tuple
     return part, paging
 
 
-def _clean_relative(value: str, argument: str) -> Path:
+def _checked_path(value: str, argument: str) -> Path:
     if not isinstance(value, str) or not value.strip():
         raise BadArgument(argument, "empty")
     if "\x00" in value:
@@ -69,7 +69,7 @@ def _clean_relative(value: str, argument: str) -> Path:
 
 def resolve_run(roots: Roots, value: str, argument: str = "run") -> api.Run:
     """A run by its id (as list_runs gives it), or by the path of its folder or trace inside the traces root."""
-    path = _clean_relative(value, argument)
+    path = _checked_path(value, argument)
     store = roots.store
     run = store.find(value.strip("/"))
     if run is not None:
@@ -209,7 +209,7 @@ def capture(roots: Roots, workload: str, overrides: list[str] | None = None, tim
     server was started with --allow-capture (it runs the workload's code)."""
     if not roots.allow_capture:
         raise BadArgument("workload", "capture is off: start the server with --allow-capture to let it run code")
-    path = _clean_relative(workload, "workload")
+    path = _checked_path(workload, "workload")
     repo = Path(__file__).resolve().parents[2]
     real = (path if path.is_absolute() else repo / path).resolve()
     if real.suffix not in (".yaml", ".yml") or not real.is_file():
