@@ -8,6 +8,7 @@ Prompts: diagnose a run, and did my fix work.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Annotated, Callable
@@ -26,17 +27,20 @@ INSTRUCTIONS = (
     "replayed in the unprofiled run); finding explains one (call site, Python frames, source, advice); compare "
     "says whether a change worked (measured step change against its noise, and what the fixed findings predicted); "
     "query runs read-only SQL over an analyze-many dataset; capture (when allowed) profiles a workload YAML.")
+LOG = logging.getLogger("analyzer.mcp")
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
 def _result(answer: Callable[[], dict]) -> CallToolResult:
     """The answer as structured content plus its one-line text; a refused argument, or anything that went wrong
-    inside, as a one-line tool error (no traceback reaches the client or the log: the server keeps serving)."""
+    inside, as a one-line tool error, and the server keeps serving (a bug's traceback goes to the server's log on
+    stderr, never to the client)."""
     try:
         out = answer()
     except BadArgument as exc:
         raise ToolError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - one line for the assistant, whatever broke
+        LOG.warning("internal error", exc_info=True)
         raise ToolError(" ".join(f"internal error: {exc.__class__.__name__}: {exc}".split())) from None
     return CallToolResult(content=[TextContent(type="text", text=out["text"])], structured_content=out)
 
