@@ -52,6 +52,7 @@ class Trace:
     meta: RunMeta | None
     snapshot: MemorySnapshot | None = None
     stackless: TraceModel | None = None  # the capture's stackless pass over the same window (views.stackless)
+    stackless_error: str | None = None  # why the stackless pass beside the trace could not be read
 
 
 @dataclasses.dataclass
@@ -98,14 +99,19 @@ def load(item: TraceInput | str | Path, *, cache: bool = True, progress=None, sn
         memory = read_snapshot(item.snapshot) if item.snapshot else None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    stackless = stackless_beside(item.trace) if meta is not None and meta.get("stackless_pass") else None
-    return Trace(item, model, meta, memory, load_model(stackless, cache=cache) if stackless else None)
+    path = stackless_beside(item.trace) if meta is not None and meta.get("stackless_pass") else None
+    stackless, stackless_error = None, None
+    try:  # an aid to the what-if only: a broken one leaves the probed costs, and the report says why
+        stackless = load_model(path, cache=cache) if path else None
+    except UsageError as exc:
+        stackless_error = str(exc)
+    return Trace(item, model, meta, memory, stackless, stackless_error)
 
 
 def analyze(trace: Trace, *, user_code: tuple[str, ...] = (), hta: bool = False) -> Analysis:
     started = time.perf_counter()
     context = AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot,
-                              stackless=trace.stackless)
+                              stackless=trace.stackless, stackless_error=trace.stackless_error)
     with np.errstate(all="ignore"):  # absurd values (int64 overflow) must not add numpy's lines to stderr
         report = assemble_report(context, trace.source.trace, started)
     if hta:
@@ -154,4 +160,4 @@ def views(trace: Trace, *, user_code: tuple[str, ...] = ()) -> Analysis:
     """An analysis whose views are computed only as they are asked for (no detectors run): for the timeline of a
     trace whose report is already on disk."""
     return Analysis(trace, AnalysisContext(trace.model, trace.meta, user_code=user_code, snapshot=trace.snapshot,
-                                           stackless=trace.stackless), {})
+                                           stackless=trace.stackless, stackless_error=trace.stackless_error), {})

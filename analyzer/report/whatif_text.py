@@ -77,7 +77,10 @@ def summary_line(report: dict) -> str | None:
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "
             f"{ms(w['gpu_busy_per_step_ms'])}).")
     stackless = prof.get("stackless") or {}
-    if stackless.get("measured_over_probed") is not None:
+    if stackless.get("unreadable"):
+        line += (f" The capture's pass without stacks could not be read ({stackless['unreadable']}): Python code is "
+                 "priced at the probe's cost per event.")
+    elif stackless.get("measured_over_probed") is not None:
         line += (f" Python code's cost under the profiler measured against the capture's pass without stacks "
                  f"({stackless['steps_matched']} of {stackless['steps']} steps lined up, {stackless['gaps']} host "
                  f"gaps): {stackless['measured_over_probed']:.2f}x the probe's cost per Python event.")

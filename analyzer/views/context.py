@@ -60,9 +60,11 @@ class AnalysisContext:
     """The trace model plus what is derived from it once and read by several detectors."""
 
     def __init__(self, model: TraceModel, meta: RunMeta | None = None, *, user_code: tuple[str, ...] = (),
-                 snapshot: MemorySnapshot | None = None, stackless: TraceModel | None = None):
+                 snapshot: MemorySnapshot | None = None, stackless: TraceModel | None = None,
+                 stackless_error: str | None = None):
         self.model = model
         self.stackless = stackless  # the capture's stackless pass over the same window (analyzer.views.stackless)
+        self.stackless_error = stackless_error  # why the one beside the trace could not be read
         self.meta = meta
         self.user_code = tuple(user_code)
         self.snapshot = snapshot  # the caching allocator's own records, when the run has them

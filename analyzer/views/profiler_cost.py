@@ -96,6 +96,8 @@ class ProfilerCost:
         frame_ns = np.where(builtin[m.frames.name], us["c_call"], us["python_call"]) * 1e3 if len(m.frames) else \
             np.zeros(0)
         frame_ns, gaps, self.stackless = _stackless_frames(m, frame_ns, ctx.stackless_gaps)
+        if ctx.stackless_error:
+            self.stackless = {"unreadable": ctx.stackless_error}
         rt, gpu = m.runtime, m.gpu
         nodes = np.bincount(gpu.launch[gpu.launch >= 0], minlength=len(rt))[:len(rt)] if len(rt) else np.zeros(0)
         graph_launch = np.isin(rt.name, [c for c, n in enumerate(m.names) if n in GRAPH_LAUNCHES])

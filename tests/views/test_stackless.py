@@ -64,3 +64,20 @@ def test_the_compiled_regions_wrapper_code_is_timed_inside_the_region():
     assert lost[inside].sum() > 0.8 * lost.sum()
     summary = ProfilerCost(ctx, ctx.replay, event_costs(ctx)).stackless
     assert summary["steps_matched"] == 5 and summary["measured_over_probed"] > 5
+
+
+def test_a_broken_stackless_pass_leaves_the_probed_costs_and_says_why(tmp_path):
+    """The stackless pass only aids the what-if: cut short, it is not read, the analysis goes on with the probe's
+    costs, and the report names the file."""
+    import shutil
+    from analyzer.report.whatif_text import summary_line
+    run = tmp_path / "run"
+    shutil.copytree(PAIRS / "graph_sync_host_vs_no_host_work", run)
+    stackless = run / "rank0.stackless.trace.json.gz"
+    stackless.write_bytes(stackless.read_bytes()[:5000])
+    trace = api.load(run, cache=False)
+    assert trace.stackless is None and str(stackless) in trace.stackless_error
+    report = api.analyze(trace).report
+    assert report["what_if"]["profiler"]["stackless"] == {"unreadable": trace.stackless_error}
+    assert "The capture's pass without stacks could not be read (" in summary_line(report)
+    assert report["what_if"]["available"] and any(f["kind"] == "host_work" for f in report["findings"])
