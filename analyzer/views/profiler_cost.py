@@ -6,8 +6,9 @@ Each recorded event costs its kind's time from its start: a cpu_op or annotation
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
 activities the call launched); where the capture ran a stackless pass, the Python events of each host gap it timed
-cost what that gap lost to them (analyzer.views.stackless). Where events crowd, the times overlap and count once,
-so the cost of a span never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
+cost what that gap lost to them (analyzer.views.stackless), laid where it was paid: the profiler's own code first,
+the rest by the events' probed costs. Where events crowd, the times overlap and count once, so the cost of a span
+never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
 back (eager, or a graph's nodes): that time comes off each activity's least gap after the one before it on its
 stream.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -152,16 +154,23 @@ RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the pro
 RATIO_EVIDENCE_NS = 100_000  # the probed cost the timed gaps must hold before their ratio applies elsewhere
 
 
+PROFILER_CODE = re.compile(r"(^|/)torch/(profiler/|autograd/profiler(_util)?\.py)")  # the profiler's own Python:
+# prof.step(), record_function's __enter__/__exit__; with stacks they run 10-40x longer than without, far beyond the
+# probed cost of the few events they record, and unprofiled they are all but free
+
+
 def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple, dict | None]:
     """The Python events' costs with the stackless pass's timing: (each frame's probed cost, zero where a timed gap
     holds it and the gap's measured cost stands for it, else scaled by the measured-over-probed ratio), the gaps'
-    measured costs as (tid, start, cost) and the report's summary (None without a stackless pass)."""
+    measured costs as (tid, start, cost) cuts laid where they were paid (_shares) and the report's summary (None
+    without a stackless pass)."""
     none = (np.zeros(0, np.int64),) * 3
     if gaps is None:
         return frame_ns, none, None
     summary = {"steps_matched": gaps.steps_matched, "steps": gaps.steps, "gaps": 0, "python_events": 0,
                "probed_ms": 0.0, "measured_ms": 0.0, "measured_over_probed": None}
     mine = np.flatnonzero(m.frames.tid == gaps.tid) if len(frame_ns) else np.zeros(0, np.int64)
+    mine = mine[np.argsort(m.frames.start_ns[mine], kind="stable")]
     k = np.searchsorted(gaps.start_ns, m.frames.start_ns[mine], side="right") - 1
     inside = (k >= 0) & (m.frames.start_ns[mine] < gaps.end_ns[np.maximum(k, 0)]) if len(gaps.start_ns) else \
         np.zeros(len(mine), bool)
@@ -172,15 +181,76 @@ def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple,
     timed = np.flatnonzero(probed > 0)
     if not len(timed):
         return frame_ns, none, summary
-    length = gaps.end_ns[timed] - gaps.start_ns[timed]
-    measured = np.clip(length - gaps.stackless_ns[timed], 0, length)
-    ratio = float(measured.sum() / probed[timed].sum())
+    length = gaps.end_ns - gaps.start_ns
+    measured = np.clip(length - gaps.stackless_ns, 0, length)
+    ratio = float(measured[timed].sum() / probed[timed].sum())
     summary.update(gaps=int(len(timed)), python_events=int(len(held)),
                    probed_ms=round(float(probed[timed].sum()) / 1e6, 4),
-                   measured_ms=round(float(measured.sum()) / 1e6, 4), measured_over_probed=round(ratio, 3))
+                   measured_ms=round(float(measured[timed].sum()) / 1e6, 4), measured_over_probed=round(ratio, 3))
     out = frame_ns.copy()
     if probed[timed].sum() >= RATIO_EVIDENCE_NS:
         out *= min(max(ratio, RATIO_RANGE[0]), RATIO_RANGE[1])
+    start, gap, share = _shares(m, gaps, held, k, frame_ns[held], measured)
+    starts = _packed(start, share, gap, gaps.start_ns, length)
     out[held] = 0.0
-    return out, (np.full(len(timed), gaps.tid, np.int64), gaps.start_ns[timed], measured.astype(np.float64)), \
-        summary
+    return out, (np.full(len(starts), gaps.tid, np.int64), starts, share), summary
+
+
+def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray,
+            measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each gap's measured cost was paid, as (start, gap, share) in start order: the profiler's own code
+    (PROFILER_CODE, its outermost frames, cut to the gaps they cross) first, its whole traced time; the rest over the
+    gap's other Python events (`held`, in start order, and their gaps) by their probed cost, so that taking a
+    function's run out of a gap takes out the part of the cost its own events paid (a pure-Python helper's, not a
+    C call's beside it that the profiler barely slows)."""
+    on_thread = np.flatnonzero(m.frames.tid == gaps.tid)
+    on_thread = on_thread[np.argsort(m.frames.start_ns[on_thread], kind="stable")]
+    own = np.array([bool(PROFILER_CODE.search(n)) for n in m.names], bool)[m.frames.name[on_thread]]
+    f_start, f_end = m.frames.start_ns[on_thread], m.frames.end_ns[on_thread]
+    reach = np.maximum.accumulate(np.where(own, f_end, np.iinfo(np.int64).min)) if len(own) else f_end
+    outer = own & np.r_[True, f_start[1:] >= reach[:-1]]
+    p_start, p_end = f_start[outer], f_end[outer]
+    # each outermost profiler frame cut to every gap it crosses
+    lo = np.searchsorted(gaps.end_ns, p_start, side="right")
+    hi = np.searchsorted(gaps.start_ns, p_end, side="left")
+    count = np.maximum(hi - lo, 0)  # (a gap no Python event starts in is not timed: nothing of it is laid)
+    piece_gap = np.repeat(lo, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    piece_start = np.maximum(np.repeat(p_start, count), gaps.start_ns[piece_gap])
+    piece_ns = (np.minimum(np.repeat(p_end, count), gaps.end_ns[piece_gap]) - piece_start).astype(np.float64)
+    piece_ns[~np.isin(piece_gap, gap)] = 0.0
+    per_gap = np.bincount(piece_gap, weights=piece_ns, minlength=len(measured))
+    # the held events the profiler's frames hold are in their pieces
+    at = np.searchsorted(p_start, m.frames.start_ns[held], side="right") - 1
+    under = (at >= 0) & (m.frames.start_ns[held] < p_end[np.maximum(at, 0)]) if len(p_start) else \
+        np.zeros(len(held), bool)
+    rest = np.where(under, 0.0, probed)
+    rest_gap = np.bincount(gap, weights=rest, minlength=len(measured))
+    left = np.maximum(measured - per_gap, 0.0)
+    start = np.r_[piece_start, m.frames.start_ns[held]]
+    gap_of = np.r_[piece_gap, gap]
+    # the profiler's code takes at most its own time, unless the gap holds no other event to lay the rest on
+    fill = measured / np.maximum(per_gap, 1.0)
+    share = np.r_[piece_ns * np.where(rest_gap > 0, np.minimum(fill, 1.0), fill)[piece_gap],
+                  rest * (left / np.maximum(rest_gap, 1e-9))[gap]]
+    order = np.lexsort((start, gap_of))
+    return start[order], gap_of[order], share[order]
+
+
+def _packed(start: np.ndarray, share: np.ndarray, gap: np.ndarray, gap_start: np.ndarray,
+            gap_ns: np.ndarray) -> np.ndarray:
+    """Where each event's share of its gap's cost is laid (events in start order, gap by gap): from its start, or
+    right after the share before it where they crowd, and never so late that the gap's later shares run past its
+    end."""
+    at = (start - gap_start[gap]).astype(np.float64)
+    first = np.r_[True, gap[1:] != gap[:-1]]
+    group = np.cumsum(first) - 1
+    total = np.cumsum(share)
+    before = total - share
+    laid = before - before[first][group]  # the gap's shares laid before this event
+    in_gap = total[np.r_[np.flatnonzero(first)[1:], len(gap)] - 1][group] - before[first][group]
+    # end_i = laid_i + share_i + max over the gap's earlier events j of (at_j - laid_j): one cumulative maximum over
+    # all gaps, each lifted above the ones before it
+    lift = (group + 1) * (2.0 * float(gap_ns.max()) + 2.0 * float(in_gap.max()) + 1.0)
+    packed = np.maximum.accumulate(at - laid + lift) - lift + laid
+    latest = gap_ns[gap] - (in_gap - laid)  # the last start that leaves room for the gap's later shares
+    return (gap_start[gap] + np.minimum(packed, latest)).astype(np.int64)

@@ -5,14 +5,16 @@ With Python stacks, every Python call and every builtin call is an event, and a 
 several times slower in the trace than it does unprofiled: its unprofiled time is the small difference of two large
 numbers (the traced time less the probed cost of its events), which a probe run in a slow spell of the host
 over-cuts. Without stacks, the same code records nothing: the host's time between two recorded calls is what the
-code took. Here each step's recorded calls on the thread that runs the steps (cpu_ops and runtime calls, at any
-depth: a compiled region is one op with the wrapper's Python inside) are lined up with the stackless pass's steps of
+code took. Here each step's recorded calls on the thread that runs the steps (cpu_ops, annotations and runtime
+calls, at any depth: a compiled region is one op with the wrapper's Python inside) are lined up with the stackless pass's steps of
 the same sequence of call boundaries; the gaps between boundaries, position by position, give the time the stacked
-trace's gap took without its Python events (the median over those steps).
+trace's gap took without its Python events (the median over those steps). How that time is laid over the gap's
+events is analyzer.views.profiler_cost's.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -42,12 +44,12 @@ def _step_rows(model: TraceModel) -> np.ndarray:
 
 
 def _boundaries(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every start and end of the thread's recorded calls (cpu_ops and runtime calls, at any depth), in time order,
-    and what each is: the call's name code, doubled, plus one at its end. At one instant an end comes before a
-    start, an enclosing call's start before its children's and its end after theirs, so that both passes order
-    their boundaries alike."""
+    """Every start and end of the thread's recorded calls (cpu_ops, annotations and runtime calls, at any depth: a
+    record_function's bounds split the gaps around it), in time order, and what each is: the call's name code,
+    doubled, plus one at its end. At one instant an end comes before a start, an enclosing call's start before its
+    children's and its end after theirs, so that both passes order their boundaries alike."""
     ops, rt = model.ops, model.runtime
-    mine_ops = (ops.tid == tid) & ~ops.is_annotation
+    mine_ops = ops.tid == tid
     mine_rt = rt.tid == tid
     start = np.concatenate([ops.start_ns[mine_ops], rt.start_ns[mine_rt]])
     end = np.concatenate([ops.end_ns[mine_ops], rt.end_ns[mine_rt]])
@@ -61,20 +63,25 @@ def _boundaries(model: TraceModel, tid: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _step_gaps(model: TraceModel, vocabulary: dict[str, int]) -> tuple[int, list[StepGaps]] | None:
     """The steps' thread and, per step, what bounds its host gaps and the gaps: the step's start to the first
-    boundary, each boundary to the next, the last to the step's end (gap k runs from lo[k] to hi[k]). A step's
-    sequence of boundaries is its key: each boundary's name as an id of `vocabulary` (shared by both passes, whose
-    name tables differ), doubled, plus one at an end, as bytes."""
+    boundary, each boundary to the next, the last to the next step's start (the last step's: its end; gap k runs
+    from lo[k] to hi[k]). A step's sequence of boundaries is its key: each boundary's name, less a trailing number
+    (ProfilerStep#3, decode_step#2: the passes count their steps apart), as an id of `vocabulary` (shared by both
+    passes, whose name tables differ), doubled, plus one at an end, as bytes."""
     rows = _step_rows(model)
     if not len(rows):
         return None
     tids = model.ops.tid[model.steps.op[rows]]
     tid = int(np.bincount(tids - tids.min()).argmax() + tids.min())
     ts, label = _boundaries(model, tid)
-    ids = np.array([vocabulary.setdefault(n, len(vocabulary)) for n in model.names], np.int64)
+    ids = np.array([vocabulary.setdefault(re.sub(r"#?\d+$", "", n), len(vocabulary)) for n in model.names], np.int64)
     label = ids[label >> 1] * 2 + (label & 1) if len(label) else label
     out = []
-    for row in rows[tids == tid].tolist():
-        lo, hi = int(model.steps.start_ns[row]), int(model.steps.end_ns[row])
+    mine = rows[tids == tid]
+    mine = mine[np.argsort(model.steps.start_ns[mine], kind="stable")]
+    # a step's gaps run to the next step's start: the loop's code between two steps (prof.step() in it) is timed too
+    his = np.r_[model.steps.start_ns[mine[1:]], model.steps.end_ns[mine[-1:]]]
+    for row, hi in zip(mine.tolist(), his.tolist()):
+        lo, hi = int(model.steps.start_ns[row]), max(int(hi), int(model.steps.end_ns[row]))
         a, b = np.searchsorted(ts, lo, side="left"), np.searchsorted(ts, hi, side="right")
         out.append((label[a:b].tobytes(), np.r_[lo, ts[a:b]], np.r_[ts[a:b], hi]))
     return tid, out
