@@ -28,7 +28,8 @@ STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the
 CONFIDENCE = 0.95
 # the finding each pathology script's fix removes: (kind, sync kind or None)
 FIXED = {"decode_item_sync": ("sync", "item"), "decode_print": ("sync", "print"),
-         "decode_alloc_churn": ("allocator_churn", None), "decode_fragmentation": ("allocator_churn", None),
+         "decode_alloc_churn": ("allocator_churn", None), "decode_alloc_steady": ("allocator_churn", None),
+         "decode_fragmentation": ("allocator_churn", None),
          "decode_host_work": ("host_work", None), "decode_numpy_sampler": ("host_work", None),
          "hf_generate": ("launch_gap", None)}  # its twin: static cache + forward compiled with CUDA graphs
 # pairs whose pathology script has several fixes, one per twin: by the run's name (make_what_if_pairs.sh)

@@ -16,7 +16,7 @@ sessions="${SESSIONS:-12}"  # interleaved rounds of each pair: enough that the b
 shift
 only=" $* "
 want() { [ "$only" = "  " ] || [[ "$only" == *" $1 "* ]]; }
-for name in item_sync print_tensor alloc_churn host_work fragmentation numpy_sampler; do
+for name in item_sync print_tensor alloc_churn alloc_steady host_work fragmentation numpy_sampler; do
   want "$name" || continue
   python3 -m analyzer capture "workloads/$name.yaml" --out "$out" --set timing.compare_fix=decode \
     --set timing.sessions="$sessions" --set memory_history.enabled=false --set prompt_length=128 --set decode_steps=32 \

@@ -1,5 +1,5 @@
 """The phases of a capture, in order: time -> compare modes -> memory-history overhead -> profiler cost -> profile ->
-stackless pass -> sample -> script facts.
+stackless pass -> graph replays timed -> sample -> script facts.
 
 Each phase takes the `CaptureSession` and the workload kind and returns its part of meta.json; the runner merges the
 parts in order, so a phase that fails leaves the parts of the phases before it in meta.json. What a phase measures is
@@ -260,6 +260,22 @@ def stackless_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
                                           "Python events (the what-if's profiler cost)"}}
 
 
+def graph_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
+    """CUDA only: the recorded window once more without the profiler, each CUDA graph replay timed on the GPU
+    (analyzer.capture.graph_timing): what the user's own graphs take without CUPTI. Nothing where no graph is
+    replayed."""
+    if not (session.cuda and session.config.profiler.graph_timing and kind.repeats_window):
+        return {}
+    from analyzer.capture.graph_timing import NoProfiler, ReplayTimer
+    plan = kind.profile_plan()
+    session.progress.phase("timing CUDA graph replays (no profiler)", plan.total, kind.unit)
+    session.sync()
+    with ReplayTimer() as timer:
+        kind.run_profiled(session, NoProfiler(), lambda: None)
+        session.sync()
+    return {"graph_replays": timer.results()} if timer.pairs else {}
+
+
 def sample_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
     """CUDA only, unprofiled, on a few more steps: memory_allocated / memory_reserved after each step and, with
     `sync_debug_pass`, the file:line of every synchronizing call (torch.cuda.set_sync_debug_mode)."""
@@ -285,8 +301,8 @@ def script_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 #: the sequence every workload kind runs
-PHASES = (time_phase, compare_phase, history_phase, cost_phase, profile_phase, stackless_phase, sample_phase,
-          script_phase)
+PHASES = (time_phase, compare_phase, history_phase, cost_phase, profile_phase, stackless_phase, graph_phase,
+          sample_phase, script_phase)
 
 
 def profiler_options(session: CaptureSession) -> dict:

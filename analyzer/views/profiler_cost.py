@@ -112,7 +112,11 @@ class ProfilerCost:
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
+        measured_gap_ns, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
+        if measured_gap_ns is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled
+            gpu_gap_ns = np.where(in_graph, 0.0, gpu_gap_ns)
         self._model, self._gpu_gap_ns = model, gpu_gap_ns
+        self._gpu_measured_ns = measured_gap_ns if measured_gap_ns is not None else np.zeros(len(gpu_gap_ns))
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         for tid in model.tids.tolist():
@@ -128,7 +132,7 @@ class ProfilerCost:
 
     def world(self, scale: float = 1.0) -> ReplayModel:
         """The replay model with CUPTI's time between back-to-back activities (times `scale`) off their gaps."""
-        cut = (self._gpu_gap_ns * scale).astype(np.int64)
+        cut = (self._gpu_gap_ns * scale + self._gpu_measured_ns).astype(np.int64)
         return dataclasses.replace(self._model, gap_ns=np.maximum(self._model.gap_ns - cut, 0))
 
     def events(self) -> int:
@@ -148,6 +152,38 @@ class ProfilerCost:
             s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
+
+
+def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.ndarray):
+    """CUPTI's cost on the trace's CUDA graph replays, from the capture's unprofiled timing of the same window's
+    replays (meta.json `graph_replays`, analyzer.capture.graph_timing): the traced replays' mean span (first node's
+    start to last node's end) against the mean unprofiled one; each replay's share of the difference comes off the
+    gaps between its nodes, evenly. Returns (per replay-model activity, the ns off its gap; None without the
+    timing) and the report's summary."""
+    meta = ctx.meta
+    mean_ms = meta.get("graph_replays", "mean_ms") if meta else None
+    if not isinstance(mean_ms, (int, float)) or mean_ms <= 0 or not in_graph.any():
+        return None, None
+    gpu = ctx.model.gpu
+    rows = np.flatnonzero(in_graph)
+    which, first_row = np.unique(launch[rows], return_index=True)
+    at = np.searchsorted(which, launch[rows])
+    start = np.full(len(which), np.iinfo(np.int64).max)
+    end = np.full(len(which), np.iinfo(np.int64).min)
+    np.minimum.at(start, at, gpu.start_ns[model.rows[rows]])
+    np.maximum.at(end, at, gpu.end_ns[model.rows[rows]])
+    nodes = np.bincount(at, minlength=len(which))
+    span = (end - start).astype(np.float64)
+    traced_ns, unprofiled_ns = float(span.mean()), float(mean_ms) * 1e6
+    share = min(max(1.0 - unprofiled_ns / traced_ns, 0.0), 1.0) if traced_ns > 0 else 0.0
+    per_node = share * span / np.maximum(nodes - 1, 1)
+    cut = np.zeros(len(in_graph))
+    cut[rows] = per_node[at]
+    cut[rows[first_row]] = 0.0  # a replay's first node follows its launch, not a node of its own graph
+    summary = {"replays_timed": int(meta.get("graph_replays", "replays") or 0), "replays_traced": int(len(which)),
+               "unprofiled_ms": round(unprofiled_ns / 1e6, 4), "traced_ms": round(traced_ns / 1e6, 4),
+               "per_node_ns": round(float(np.median(per_node)), 1)}
+    return cut, summary
 
 
 RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the probed cost of the other Python events

@@ -203,7 +203,8 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                 "measured_by": {"fix_comparison": "meta.json fix_comparison.step_ms (its rounds of this workload)",
                                 "unprofiled": "meta.json unprofiled.step_ms.p50"}.get(target_source),
                 "probe_over_measured": round(probe_step / target, 3) if target else None,
-                "scale": round(scale, 3), **({"stackless": cost.stackless} if cost.stackless else {})}
+                "scale": round(scale, 3), **({"stackless": cost.stackless} if cost.stackless else {}),
+                **({"graph_replays": cost.graph_replays} if cost.graph_replays else {})}
     basis = "estimated" if costs.estimated and not target else "unprofiled"
     busy = busy_per_step_ns(ctx, measure)
     node_gap, gap_source = graph_node_gap_ns(trace_model)
