@@ -145,7 +145,7 @@ def _num(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    runs = [Path(a) for a in argv] or [p for d in ("h200_whatif", "h100_whatif", "h100_stackless")
+    runs = [Path(a) for a in argv] or [p for d in ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture")
                                        for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]
     rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
     print(table(rows))

@@ -261,19 +261,24 @@ def stackless_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
 
 
 def graph_phase(session: CaptureSession, kind: WorkloadKind) -> dict:
-    """CUDA only: the recorded window once more without the profiler, each CUDA graph replay timed on the GPU
-    (analyzer.capture.graph_timing): what the user's own graphs take without CUPTI. Nothing where no graph is
-    replayed."""
+    """CUDA only: the recorded window twice more without the profiler, each CUDA graph replay timed on the GPU
+    (analyzer.capture.graph_timing): what the user's own graphs take without CUPTI, and how long after the host's
+    call they start. Nothing where no graph is replayed."""
     if not (session.cuda and session.config.profiler.graph_timing and kind.repeats_window):
         return {}
-    from analyzer.capture.graph_timing import NoProfiler, ReplayTimer
+    from analyzer.capture.graph_timing import NoProfiler, ReplayTimer, replay_results
     plan = kind.profile_plan()
-    session.progress.phase("timing CUDA graph replays (no profiler)", plan.total, kind.unit)
-    session.sync()
-    with ReplayTimer() as timer:
-        kind.run_profiled(session, NoProfiler(), lambda: None)
+    session.progress.phase("timing CUDA graph replays (no profiler)", 2 * plan.total, kind.unit)
+    timed = []
+    for sleep in (True, False):
         session.sync()
-    return {"graph_replays": timer.results()} if timer.pairs else {}
+        with ReplayTimer(sleep) as timer:
+            kind.run_profiled(session, NoProfiler(), lambda: None)
+            session.sync()
+        if not timer.pairs:
+            return {}
+        timed.append(timer.ms())
+    return {"graph_replays": replay_results(*timed)}
 
 
 def sample_phase(session: CaptureSession, kind: WorkloadKind) -> dict:

@@ -10,7 +10,9 @@ cost what that gap lost to them (analyzer.views.stackless), laid where it was pa
 the rest by the events' probed costs. Where events crowd, the times overlap and count once, so the cost of a span
 never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
 back (eager, or a graph's nodes): that time comes off each activity's least gap after the one before it on its
-stream.
+stream; where the capture timed the window's CUDA graph replays without the profiler (meta.json `graph_replays`),
+the replays' measured difference replaces the probe's per-node figure, and their first node starts as soon after
+the launch call as it did unprofiled.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.views.replay import GRAPH_LAUNCHES, ReplayModel
+from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, ReplayModel
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
 KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node", "gpu_queued_kernel", "gpu_graph_node")
@@ -112,11 +114,11 @@ class ProfilerCost:
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
-        measured_gap_ns, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
-        if measured_gap_ns is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled
+        measured, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
+        if measured is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled
             gpu_gap_ns = np.where(in_graph, 0.0, gpu_gap_ns)
         self._model, self._gpu_gap_ns = model, gpu_gap_ns
-        self._gpu_measured_ns = measured_gap_ns if measured_gap_ns is not None else np.zeros(len(gpu_gap_ns))
+        self._gpu_measured_ns, self._ready_ns = measured if measured is not None else (np.zeros(len(gpu_gap_ns)), 0)
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         for tid in model.tids.tolist():
@@ -133,7 +135,8 @@ class ProfilerCost:
     def world(self, scale: float = 1.0) -> ReplayModel:
         """The replay model with CUPTI's time between back-to-back activities (times `scale`) off their gaps."""
         cut = (self._gpu_gap_ns * scale + self._gpu_measured_ns).astype(np.int64)
-        return dataclasses.replace(self._model, gap_ns=np.maximum(self._model.gap_ns - cut, 0))
+        return dataclasses.replace(self._model, gap_ns=np.maximum(self._model.gap_ns - cut, 0),
+                                   ready_ns=self._model.ready_ns - self._ready_ns)
 
     def events(self) -> int:
         return int(sum(int((~fixed).sum()) for _, _, fixed in self.by_thread))
@@ -156,10 +159,11 @@ class ProfilerCost:
 
 def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.ndarray):
     """CUPTI's cost on the trace's CUDA graph replays, from the capture's unprofiled timing of the same window's
-    replays (meta.json `graph_replays`, analyzer.capture.graph_timing): the traced replays' mean span (first node's
-    start to last node's end) against the mean unprofiled one; each replay's share of the difference comes off the
-    gaps between its nodes, evenly. Returns (per replay-model activity, the ns off its gap; None without the
-    timing) and the report's summary."""
+    replays (meta.json `graph_replays`, analyzer.capture.graph_timing). On the GPU: the traced replays' mean span
+    (first node's start to last node's end) against the mean unprofiled one, each replay's share of the difference
+    off the gaps between its nodes, evenly. At the launch: a replay whose first node waited for its launch call
+    starts no later after the call's start than the unprofiled launch latency. Returns ((per replay-model activity,
+    the ns off its gap; the ns off its ready time), or None without the timing) and the report's summary."""
     meta = ctx.meta
     mean_ms = meta.get("graph_replays", "mean_ms") if meta else None
     if not isinstance(mean_ms, (int, float)) or mean_ms <= 0 or not in_graph.any():
@@ -177,13 +181,22 @@ def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.nda
     traced_ns, unprofiled_ns = float(span.mean()), float(mean_ms) * 1e6
     share = min(max(1.0 - unprofiled_ns / traced_ns, 0.0), 1.0) if traced_ns > 0 else 0.0
     per_node = share * span / np.maximum(nodes - 1, 1)
-    cut = np.zeros(len(in_graph))
-    cut[rows] = per_node[at]
-    cut[rows[first_row]] = 0.0  # a replay's first node follows its launch, not a node of its own graph
+    first = rows[first_row]
+    gap_cut = np.zeros(len(in_graph))
+    gap_cut[rows] = per_node[at]
+    gap_cut[first] = 0.0  # a replay's first node follows its launch, not a node of its own graph
     summary = {"replays_timed": int(meta.get("graph_replays", "replays") or 0), "replays_traced": int(len(which)),
                "unprofiled_ms": round(unprofiled_ns / 1e6, 4), "traced_ms": round(traced_ns / 1e6, 4),
                "per_node_ns": round(float(np.median(per_node)), 1)}
-    return cut, summary
+    ready_cut = np.zeros(len(in_graph), np.int64)
+    latency_ms = meta.get("graph_replays", "launch_latency_ms")
+    waited = first[model.bound[first] == LAUNCH_BOUND]
+    if isinstance(latency_ms, (int, float)) and len(waited):
+        traced_latency = model.ready_ns[waited] - model.launch_ns[waited]
+        ready_cut[waited] = np.maximum(traced_latency - int(latency_ms * 1e6), 0)
+        summary.update(launch_latency_unprofiled_us=round(latency_ms * 1e3, 1),
+                       launch_latency_traced_us=round(float(np.median(traced_latency)) / 1e3, 1))
+    return (gap_cut, ready_cut), summary
 
 
 RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the probed cost of the other Python events
