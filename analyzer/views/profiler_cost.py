@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, ReplayModel
+from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, WAITS, ReplayModel
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
 KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node", "gpu_queued_kernel", "gpu_graph_node")
@@ -161,8 +161,9 @@ def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.nda
     """CUPTI's cost on the trace's CUDA graph replays, from the capture's unprofiled timing of the same window's
     replays (meta.json `graph_replays`, analyzer.capture.graph_timing). On the GPU: the traced replays' mean span
     (first node's start to last node's end) against the mean unprofiled one, each replay's share of the difference
-    off the gaps between its nodes, evenly. At the launch: a replay whose first node waited for its launch call
-    starts no later after the call's start than the unprofiled launch latency. Returns ((per replay-model activity,
+    off the gaps between its nodes, evenly. At the launch: a replay whose first node started after its launch call (not
+    right after its stream's previous work) starts no later after the call's start than the unprofiled launch
+    latency. Returns ((per replay-model activity,
     the ns off its gap; the ns off its ready time), or None without the timing) and the report's summary."""
     meta = ctx.meta
     mean_ms = meta.get("graph_replays", "mean_ms") if meta else None
@@ -190,7 +191,7 @@ def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.nda
                "per_node_ns": round(float(np.median(per_node)), 1)}
     ready_cut = np.zeros(len(in_graph), np.int64)
     latency_ms = meta.get("graph_replays", "launch_latency_ms")
-    waited = first[model.bound[first] == LAUNCH_BOUND]
+    waited = first[np.isin(model.bound[first], (LAUNCH_BOUND, WAITS))]  # started after its launch, not its stream
     if isinstance(latency_ms, (int, float)) and len(waited):
         traced_latency = model.ready_ns[waited] - model.launch_ns[waited]
         ready_cut[waited] = np.maximum(traced_latency - int(latency_ms * 1e6), 0)
