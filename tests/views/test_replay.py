@@ -103,11 +103,13 @@ def test_taking_cpu_time_out_never_makes_anything_later(path):
     runs += [replay.run(removed=launch_pieces[i:i + 1]) for i in sample.tolist()]
     for replayed in runs:
         assert_no_later(base, replayed)
-    # with everything the GPU waited for taken out, a step still takes at least its GPU busy time
+    # with everything the GPU waited for taken out, a step still takes at least its GPU busy time, less the
+    # overlap of kernels that start just before the one ahead of them ends (programmatic dependent launch on an
+    # H100: cuBLAS's nvjet kernels and their split-K reduction, ~0.1 µs each), which back to back they keep
     every = runs[2]
     for row, period in zip(ctx.step_table, every.step_gpu_period_ns.tolist()):
         if row["gpu_period_us"] is not None:
-            assert period >= round(row["busy_us"] * 1e3) - 1, row["step"]
+            assert period >= round(row["busy_us"] * 1e3 * 0.995) - 1, row["step"]
 
 
 def decode_steps(ctx) -> np.ndarray:
