@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from analyzer import api  # noqa: E402
 
+PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95
@@ -145,7 +146,7 @@ def _num(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    runs = [Path(a) for a in argv] or [p for d in ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture")
+    runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS
                                        for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]
     rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
     print(table(rows))

@@ -87,6 +87,13 @@ def summary_line(report: dict) -> str | None:
     elif stackless:
         line += (f" The capture's pass without stacks lined up {stackless['steps_matched']} of "
                  f"{stackless['steps']} steps and timed no Python code: the probe's costs stand.")
+    graphs = prof.get("graph_replays") or {}
+    if graphs:
+        line += (f" CUDA graph replays timed without the profiler: {ms(graphs['unprofiled_ms'])} each against "
+                 f"{ms(graphs['traced_ms'])} in the trace"
+                 + (f", starting {graphs['launch_latency_unprofiled_us']:.0f} µs after the launch call against "
+                    f"{graphs['launch_latency_traced_us']:.0f} µs" if "launch_latency_unprofiled_us" in graphs else "")
+                 + ".")
     timed = ((report.get("summary") or {}).get("step_time_us") or {}).get("unprofiled_p50")
     measured = prof.get("measured_unprofiled_step_ms")
     if timed and measured and abs(timed / 1e3 - measured) > 0.05 * measured:  # calibrated to the rounds

@@ -121,6 +121,7 @@ class ProfilerCost:
         self._gpu_measured_ns, self._ready_ns = measured if measured is not None else (np.zeros(len(gpu_gap_ns)), 0)
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
+        timed = self._timed_gaps(ctx.stackless_gaps, gaps)
         for tid in model.tids.tolist():
             t, c, fixed = [], [], []
             for tids, start, cost, measured in sources:
@@ -130,7 +131,22 @@ class ProfilerCost:
                 fixed.append(np.full(int(mine.sum()), measured))
             t, c, fixed = np.concatenate(t), np.concatenate(c), np.concatenate(fixed)
             order = np.argsort(t, kind="stable")
-            self.by_thread.append((t[order], c[order], fixed[order]))
+            t, c, fixed = t[order], c[order], fixed[order]
+            # a probed cost stops where the next timed gap starts: however far the check's scale moves it, it never
+            # takes the time the stackless pass measured for the code there
+            room = np.full(len(t), np.inf)
+            if len(timed) and tid == ctx.stackless_gaps.tid:
+                k = np.searchsorted(timed, t, side="right")
+                room = np.where(k < len(timed), timed[np.minimum(k, len(timed) - 1)] - t, np.inf)
+            self.by_thread.append((t, c, np.where(fixed, np.inf, room), fixed))
+
+    @staticmethod
+    def _timed_gaps(host_gaps, laid) -> np.ndarray:
+        """The starts of the host gaps the stackless pass timed (those with a measured cost laid in them)."""
+        if host_gaps is None or not len(laid[1]):
+            return np.zeros(0, np.int64)
+        k = np.unique(np.searchsorted(host_gaps.start_ns, laid[1], side="right") - 1)
+        return host_gaps.start_ns[k[k >= 0]]
 
     def world(self, scale: float = 1.0) -> ReplayModel:
         """The replay model with CUPTI's time between back-to-back activities (times `scale`) off their gaps."""
@@ -139,18 +155,18 @@ class ProfilerCost:
                                    ready_ns=self._model.ready_ns - self._ready_ns)
 
     def events(self) -> int:
-        return int(sum(int((~fixed).sum()) for _, _, fixed in self.by_thread))
+        return int(sum(int((~fixed).sum()) for *_, fixed in self.by_thread))
 
     def cut(self, scale: float = 1.0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per thread code of the replay model: the cost intervals, each event's cost (times `scale` where it was
-        probed) from its start, merged and sorted (the events are in time order, so a running maximum merges
-        them)."""
+        probed, and then no further than the next timed gap) from its start, merged and sorted (the events are in
+        time order, so a running maximum merges them)."""
         out = []
-        for t, c, fixed in self.by_thread:
+        for t, c, room, fixed in self.by_thread:
             if not len(t):
                 out.append((t, t, t))
                 continue
-            end = np.maximum.accumulate(t + np.where(fixed, c, c * scale).astype(np.int64))
+            end = np.maximum.accumulate(t + np.minimum(np.where(fixed, c, c * scale), room).astype(np.int64))
             first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
             s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
             out.append((s, e, np.cumsum(e - s) - (e - s)))

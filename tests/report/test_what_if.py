@@ -15,8 +15,6 @@ from conftest import report_of
 HERE = Path(__file__).resolve().parents[1]
 REPO = HERE.parent
 FIXTURES = sorted(p.parent for p in (HERE / "fixtures").glob("*/*/rank0.trace.json.gz"))
-PAIRS = sorted(p for d in ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture") for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
-PAIR_IDS = [f"{p.parent.name}/{p.name}" for p in PAIRS]
 EXTERNAL = REPO.parent / "shared" / "traces" / "external"
 EXTERNAL_TRACES = sorted(EXTERNAL.glob("*.json.gz")) if EXTERNAL.is_dir() else []
 TRACES = FIXTURES + EXTERNAL_TRACES
@@ -29,6 +27,10 @@ def what_if_bench():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+PAIRS = sorted(p for d in what_if_bench().PAIR_DIRS for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
+PAIR_IDS = [f"{p.parent.name}/{p.name}" for p in PAIRS]
 
 
 @pytest.mark.parametrize("path", TRACES, ids=IDS)
@@ -90,12 +92,20 @@ KNOWN_MISSES = {
     # The helper (3,000 iterations of pure Python after the .item()): without the stackless pass its 1.5 ms in the
     # trace (6,000 recorded calls) minus their probed cost is the small difference of two large numbers, 0.11
     # against 0.40 measured. With it (h100_stackless) the helper's run keeps its unprofiled time (0.22 ms a step
-    # against 0.21 saved: tests/views/test_stackless.py) and the pair lands within (0.17 against 0.21; the
-    # recapture on another host 0.22 against 0.20; graph_sync_big_host, 20,000 iterations, 1.30 against 1.40).
+    # against 0.21 saved: tests/views/test_stackless.py) and the pair lands within (0.23 against 0.21; the
+    # recapture on another host 0.22 against 0.20; graph_sync_big_host, 20,000 iterations, 1.49 against 1.40;
+    # h100_graph_timing's, 0.24 against 0.21).
     "h100_whatif/graph_sync_host_vs_no_host_work": "under",
-    "h100_stackless/graph_sync_host_vs_no_item": "over",  # 0.39 against 0.24 (band 0.22-0.35)
+    # The read-back's and the pageable upload's fixes: the world the stackless pass times still holds the profiler's
+    # cost around each recorded call and in its own step machinery (the host's ~0.29 ms after the read-back in the
+    # stackless pass against ~0.20 ms unprofiled), which the probe's per-op cost does not take out; with the GPU
+    # side measured (h100_graph_timing: the graph 2.01 ms a replay unprofiled against 2.18 traced, launch latency
+    # 19-23 µs against 31-33) that excess is what is left, and the fix that removes the wait is over-priced by it.
+    "h100_stackless/graph_sync_host_vs_no_item": "over",  # 0.40 against 0.24 (band 0.22-0.35)
+    "h100_graph_timing/graph_sync_host_vs_no_item": "over",  # 0.33 against 0.24 (band 0.23-0.25)
+    "h100_graph_timing/graph_pageable_upload": "over",  # 0.09 against 0.02 (band 0.02-0.02)
     "h100_whatif/graph_pageable_upload": "over",  # 0.10 against 0.03 (band 0.03-0.09)
-    "h100_stackless/graph_pageable_upload": "over",  # 0.17 against 0.11 (band 0.10-0.11)
+    "h100_stackless/graph_pageable_upload": "over",  # 0.16 against 0.11 (band 0.10-0.11)
 }
 
 
