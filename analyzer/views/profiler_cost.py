@@ -84,12 +84,13 @@ def event_costs(ctx) -> EventCosts:
 class ProfilerCost:
     """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form), and on
     the GPU: `world()`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps. A scale
-    multiplies every probed cost alike, the GPU's included.
+    multiplies every probed cost alike, the GPU's included; what was measured (a timed gap's loss, a graph's replays
+    timed without the profiler) it leaves alone, and a probed cost it moves stops where a timed gap starts.
 
     Where the capture ran a stackless pass (analyzer.views.stackless), the Python events in a host gap it timed cost
-    together what the gap lost to them: the gap's length less its stackless length, measured, not probed (and not
-    scaled by `cut`). The ratio of that to their probed cost (`stackless["measured_over_probed"]`) then scales the
-    probed cost of the Python events no such gap holds."""
+    together what the gap lost to them: the gap's length less its stackless length, measured, not probed, laid where
+    it was paid (_shares). The ratio of that to their probed cost (`stackless["measured_over_probed"]`) then scales
+    the probed cost of the Python events no such gap holds."""
 
     def __init__(self, ctx, model: ReplayModel, costs: EventCosts, until_ns: int | None = None):
         self.costs = costs
@@ -114,11 +115,11 @@ class ProfilerCost:
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
-        measured, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
-        if measured is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled
+        graph_cut, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
+        if graph_cut is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled
             gpu_gap_ns = np.where(in_graph, 0.0, gpu_gap_ns)
         self._model, self._gpu_gap_ns = model, gpu_gap_ns
-        self._gpu_measured_ns, self._ready_ns = measured if measured is not None else (np.zeros(len(gpu_gap_ns)), 0)
+        self._gpu_measured_ns, self._ready_ns = graph_cut if graph_cut is not None else (np.zeros(len(gpu_gap_ns)), 0)
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
         timed = self._timed_gaps(ctx.stackless_gaps, gaps)
@@ -177,10 +178,10 @@ def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.nda
     """CUPTI's cost on the trace's CUDA graph replays, from the capture's unprofiled timing of the same window's
     replays (meta.json `graph_replays`, analyzer.capture.graph_timing). On the GPU: the traced replays' mean span
     (first node's start to last node's end) against the mean unprofiled one, each replay's share of the difference
-    off the gaps between its nodes, evenly. At the launch: a replay whose first node started after its launch call (not
-    right after its stream's previous work) starts no later after the call's start than the unprofiled launch
-    latency. Returns ((per replay-model activity,
-    the ns off its gap; the ns off its ready time), or None without the timing) and the report's summary."""
+    off the gaps between its nodes, evenly. At the launch: a replay whose first node started after its launch call
+    (not right after its stream's previous work) starts no later after the call's start than the unprofiled launch
+    latency. Returns ((per replay-model activity, the ns off its gap; the ns off its ready time), or None without
+    the timing) and the report's summary."""
     meta = ctx.meta
     mean_ms = meta.get("graph_replays", "mean_ms") if meta else None
     if not isinstance(mean_ms, (int, float)) or mean_ms <= 0 or not in_graph.any():
