@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from analyzer.views.instrumentation import PROFILER_FRAME
 from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, WAITS, ReplayModel
+from analyzer.views.stackless import STEP_PREFIX
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
 KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node", "gpu_queued_kernel", "gpu_graph_node")
@@ -111,7 +112,7 @@ class ProfilerCost:
                    (m.frames.tid, m.frames.start_ns, frame_ns, False),
                    (rt.tid, rt.start_ns, runtime_ns, False),
                    (m.memory.tid, m.memory.ts_ns, np.full(len(m.memory), us["memory_event"] * 1e3), False),
-                   (*gaps, True))
+                   (*gaps, True), (*_between_profiler_steps(m), True))
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
@@ -174,6 +175,21 @@ class ProfilerCost:
         return out
 
 
+def _between_profiler_steps(m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """torch.profiler's own step(): from one ProfilerStep#N's end to the next one's start on the same thread, both
+    inside the same `prof.step()` call, is code no unprofiled run has. Returns (tid, start, its whole length) to cut,
+    measured."""
+    rows = np.flatnonzero([m.names[c].startswith(STEP_PREFIX) for c in m.steps.name])
+    if len(rows) < 2:
+        return (np.zeros(0, np.int64),) * 2 + (np.zeros(0),)
+    tid = m.ops.tid[m.steps.op[rows]]
+    order = np.lexsort((m.steps.start_ns[rows], tid))
+    rows, tid = rows[order], tid[order]
+    start, end = m.steps.end_ns[rows[:-1]], m.steps.start_ns[rows[1:]]
+    keep = (tid[1:] == tid[:-1]) & (end > start)
+    return tid[:-1][keep], start[keep], (end - start)[keep].astype(np.float64)
+
+
 def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.ndarray):
     """CUPTI's cost on the trace's CUDA graph replays, from the capture's unprofiled timing of the same window's
     replays (meta.json `graph_replays`, analyzer.capture.graph_timing). On the GPU: the traced replays' mean span
@@ -221,11 +237,6 @@ RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the pro
 RATIO_EVIDENCE_NS = 100_000  # the probed cost the timed gaps must hold before their ratio applies elsewhere
 
 
-PROFILER_CODE = re.compile(r"(^|/)torch/(profiler/|autograd/profiler(_util)?\.py)")  # the profiler's own Python:
-# prof.step(), record_function's __enter__/__exit__; with stacks they run 10-40x longer than without, far beyond the
-# probed cost of the few events they record, and unprofiled they are all but free
-
-
 def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple, dict | None]:
     """The Python events' costs with the stackless pass's timing: (each frame's probed cost, zero where a timed gap
     holds it and the gap's measured cost stands for it, else scaled by the measured-over-probed ratio), the gaps'
@@ -266,13 +277,13 @@ def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple,
 def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray,
             measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each gap's measured cost was paid, as (start, gap, share) in start order: the profiler's own code
-    (PROFILER_CODE, its outermost frames, cut to the gaps they cross) first, its whole traced time; the rest over the
+    (PROFILER_FRAME, its outermost frames, cut to the gaps they cross) first, its whole traced time; the rest over the
     gap's other Python events (`held`, in start order, and their gaps) by their probed cost, so that taking a
     function's run out of a gap takes out the part of the cost its own events paid (a pure-Python helper's, not a
     C call's beside it that the profiler barely slows)."""
     on_thread = np.flatnonzero(m.frames.tid == gaps.tid)
     on_thread = on_thread[np.argsort(m.frames.start_ns[on_thread], kind="stable")]
-    own = np.array([bool(PROFILER_CODE.search(n)) for n in m.names], bool)[m.frames.name[on_thread]]
+    own = np.array([bool(PROFILER_FRAME.search(n)) for n in m.names], bool)[m.frames.name[on_thread]]
     f_start, f_end = m.frames.start_ns[on_thread], m.frames.end_ns[on_thread]
     reach = np.maximum.accumulate(np.where(own, f_end, np.iinfo(np.int64).min)) if len(own) else f_end
     outer = own & np.r_[True, f_start[1:] >= reach[:-1]]
