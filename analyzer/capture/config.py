@@ -97,9 +97,9 @@ SCHEMA: tuple[Field, ...] = (
     Field("profiler.stackless_pass", bool, True, "with with_stack: run the recorded window once more without Python "
           "stacks (rank0.stackless.trace.json.gz), which times the host's code between recorded calls without the "
           "Python events' cost; the what-if prices Python code from it (step workloads)"),
-    Field("profiler.graph_timing", bool, True, "CUDA: run the recorded window once more without the profiler, each "
-          "CUDA graph replay timed on the GPU; the what-if takes CUPTI's cost off the trace's replays with it (step "
-          "workloads that replay graphs)"),
+    Field("profiler.graph_timing", bool, True, "CUDA: run the recorded window twice more without the profiler, each "
+          "CUDA graph replay timed on the GPU (behind a sleeping kernel, then not: its launch latency); the what-if "
+          "takes CUPTI's cost off the trace's replays with it (step workloads that replay graphs)"),
     Field("serve.requests", int, 16, "serve script: requests in one session", minimum=1),
     Field("serve.arrival", str, "poisson", "serve script: arrival process (uniform = evenly spaced, burst = all at "
           "once)", choices=("poisson", "uniform", "burst")),

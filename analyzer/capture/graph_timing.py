@@ -2,7 +2,7 @@
 `torch.cuda.CUDAGraph.replay()` between two CUDA events; the first time behind a sleeping kernel, the second not.
 
 Under CUPTI a graph's nodes run further apart than without it, by an amount that depends on the graph (0.11-0.2 µs a
-node in synthetic graphs, 0.37 µs in a 588-node decode graph), and its first node starts later after the launch
+node in synthetic graphs, 0.29 µs in a 588-node decode graph), and its first node starts later after the launch
 call, so the probe's figures cannot price the user's own graphs. Behind the sleeping kernel the stream is busy until
 the replay's launch has arrived: the start event completes the moment the graph's first node can start, and the
 events time the graph's GPU work alone. Without it, a replay on an idle stream (after a sync) is timed from when the

@@ -6,10 +6,10 @@ several times slower in the trace than it does unprofiled: its unprofiled time i
 numbers (the traced time less the probed cost of its events), which a probe run in a slow spell of the host
 over-cuts. Without stacks, the same code records nothing: the host's time between two recorded calls is what the
 code took. Here each step's recorded calls on the thread that runs the steps (cpu_ops, annotations and runtime
-calls, at any depth: a compiled region is one op with the wrapper's Python inside) are lined up with the stackless pass's steps of
-the same sequence of call boundaries; the gaps between boundaries, position by position, give the time the stacked
-trace's gap took without its Python events (the median over those steps). How that time is laid over the gap's
-events is analyzer.views.profiler_cost's.
+calls, at any depth: a compiled region is one op with the wrapper's Python inside) are lined up with the stackless
+pass's steps of the same sequence of call boundaries; the gaps between boundaries, position by position, give the
+time the stacked trace's gap took without its Python events (the median over those steps). How that time is laid
+over the gap's events is analyzer.views.profiler_cost's.
 """
 from __future__ import annotations
 
