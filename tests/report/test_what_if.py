@@ -75,14 +75,6 @@ KNOWN_MISSES = {
     # recaptured with 12 rounds on a quiet H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured, the same
     # under-pricing.
     "h100_whatif/fragmentation": "under",
-    # a third capture (h100_recapture, 12 rounds): 0.23 against 0.33 (band 0.21-0.50); the window's four cudaMalloc
-    # calls (199-243 µs, one a step) are what the fix prices; the twin allocates nothing at all
-    "h100_recapture/fragmentation": "under",
-    # the growing buffer: each step cats a larger copy (33 to 88 µs of GPU copy in the window's steps, one
-    # cudaMalloc in two of them), and the 32 steps of a timed round grow it to ~1 GiB, so the rounds measure a
-    # saving (1.16 ms, band 1.07-1.43) that the window's early steps do not hold: not a check of the allocator
-    # fix's price. alloc_steady (the same churn every step) is that check.
-    "h100_recapture/alloc_churn": "under",
     # GPU-bound pairs (the step a CUDA graph at batch 8, 1.76 ms of GPU work in 588 nodes, the unprofiled step
     # 2.0-2.5 ms): the savings are 0.03-0.5 ms, and the criterion (25%, or 1% of the step) asks the replayed world to
     # be right to ~0.05 ms. It is not: the world the probed costs build is 0.1-0.25 ms per step slower than measured

@@ -52,8 +52,9 @@ def test_the_world_runs_each_graph_as_long_as_it_ran_unprofiled(name):
 
 
 def test_a_capture_without_graph_replays_records_none():
-    """alloc_steady replays no graph: the phase leaves nothing in meta.json, and the probe's figures stand."""
-    ctx = context("alloc_steady")
+    """An eager decode replays no graph: the phase leaves nothing in meta.json, and the probe's figures stand."""
+    trace = api.load(PAIRS.parent / "h100_recapture" / "host_work", cache=False)
+    ctx = AnalysisContext(trace.model, trace.meta, stackless=trace.stackless)
     assert ctx.meta.get("graph_replays") is None
     assert ProfilerCost(ctx, ctx.replay, event_costs(ctx)).graph_replays is None
 
