@@ -101,7 +101,8 @@ class ProfilerCost:
         builtin = np.array([n.startswith("<built-in") for n in m.names], bool)
         frame_ns = np.where(builtin[m.frames.name], us["c_call"], us["python_call"]) * 1e3 if len(m.frames) else \
             np.zeros(0)
-        frame_ns, gaps, self.stackless = _stackless_frames(m, frame_ns, ctx.stackless_gaps)
+        kept = _profiler_code_kept(m, ctx.stackless) if ctx.stackless is not None else 0.0
+        frame_ns, gaps, self.stackless = _stackless_frames(m, frame_ns, ctx.stackless_gaps, kept)
         if ctx.stackless_error:
             self.stackless = {"unreadable": ctx.stackless_error}
         rt, gpu = m.runtime, m.gpu
@@ -237,7 +238,15 @@ RATIO_RANGE = (0.25, 4.0)  # how far the stackless pass's ratio may move the pro
 RATIO_EVIDENCE_NS = 100_000  # the probed cost the timed gaps must hold before their ratio applies elsewhere
 
 
-def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple, dict | None]:
+def _profiler_code_kept(stacked, stackless) -> float:
+    """How much of its traced time the profiler's own Python still takes without stacks: prof.step() between two
+    steps (nothing else runs there) in the stackless pass over the same in the trace; 0 where either has none."""
+    with_stacks = _between_profiler_steps(stacked)[2].sum()
+    without = _between_profiler_steps(stackless)[2].sum()
+    return float(min(without / with_stacks, 1.0)) if with_stacks > 0 and without > 0 else 0.0
+
+
+def _stackless_frames(m, frame_ns: np.ndarray, gaps, kept: float = 0.0) -> tuple[np.ndarray, tuple, dict | None]:
     """The Python events' costs with the stackless pass's timing: (each frame's probed cost, zero where a timed gap
     holds it and the gap's measured cost stands for it, else scaled by the measured-over-probed ratio), the gaps'
     measured costs as (tid, start, cost) cuts laid where they were paid (_shares) and the report's summary (None
@@ -268,19 +277,21 @@ def _stackless_frames(m, frame_ns: np.ndarray, gaps) -> tuple[np.ndarray, tuple,
     out = frame_ns.copy()
     if probed[timed].sum() >= RATIO_EVIDENCE_NS:
         out *= min(max(ratio, RATIO_RANGE[0]), RATIO_RANGE[1])
-    start, gap, share = _shares(m, gaps, held, k, frame_ns[held], measured)
+    start, gap, share = _shares(m, gaps, held, k, frame_ns[held], measured, kept)
     starts = _packed(start, share, gap, gaps.start_ns, length)
     out[held] = 0.0
     return out, (np.full(len(starts), gaps.tid, np.int64), starts, share), summary
 
 
-def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray,
-            measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each gap's measured cost was paid, as (start, gap, share) in start order: the profiler's own code
-    (PROFILER_FRAME, its outermost frames, cut to the gaps they cross) first, its whole traced time; the rest over the
-    gap's other Python events (`held`, in start order, and their gaps) by their probed cost, so that taking a
-    function's run out of a gap takes out the part of the cost its own events paid (a pure-Python helper's, not a
-    C call's beside it that the profiler barely slows)."""
+def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray, measured: np.ndarray,
+            kept: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each gap's cost was paid, as (start, gap, share) in start order: the profiler's own code
+    (PROFILER_FRAME, its outermost frames, cut to the gaps they cross) first, its whole traced time, since an
+    unprofiled run has none of it: what the gap lost (`measured`) and the share `kept` of that code's traced time
+    that it still took without stacks (_profiler_code_kept), which the stackless pass's length still holds; the rest
+    of the loss over the gap's other Python events (`held`, in start order, and their gaps) by their probed cost, so
+    that taking a function's run out of a gap takes out the part of the cost its own events paid (a pure-Python
+    helper's, not a C call's beside it that the profiler barely slows)."""
     on_thread = np.flatnonzero(m.frames.tid == gaps.tid)
     on_thread = on_thread[np.argsort(m.frames.start_ns[on_thread], kind="stable")]
     own = np.array([bool(PROFILER_FRAME.search(n)) for n in m.names], bool)[m.frames.name[on_thread]]
@@ -303,6 +314,8 @@ def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray,
         np.zeros(len(held), bool)
     rest = np.where(under, 0.0, probed)
     rest_gap = np.bincount(gap, weights=rest, minlength=len(measured))
+    length = (gaps.end_ns - gaps.start_ns).astype(np.float64)
+    measured = np.minimum(measured + kept * per_gap, length)
     left = np.maximum(measured - per_gap, 0.0)
     start = np.r_[piece_start, m.frames.start_ns[held]]
     gap_of = np.r_[piece_gap, gap]

@@ -91,7 +91,7 @@ def test_a_helpers_run_keeps_its_own_time_in_the_unprofiled_world(name):
     records only a few dozen events. The gap's measured cost is laid where it was paid (that code's whole time, the
     rest over the Python events by their probed cost), so the host-work fix, which takes out the helper's run
     alone, leaves the helper its unprofiled time: within 25% of what removing it saved (12 paired rounds); here
-    1.05-1.11x. With the cost as one block at the gap's start, or over the events by probed cost alone, the first
+    0.95-1.05x. With the cost as one block at the gap's start, or over the events by probed cost alone, the first
     pair's runs kept 0.81-0.88x, and 0.64-0.76x with the decode_step annotation's boundaries left out."""
     from analyzer.detectors import host_work
     ctx = context(name)
@@ -110,7 +110,8 @@ def test_each_gap_loses_what_it_lost_and_no_more(name):
     """The cost laid over a timed gap's events adds up to what the gap lost against the stackless pass, and stays
     inside the gap: laid where it was paid, it neither cuts the calls that bound the gap nor loses time where events
     crowd."""
-    from analyzer.views.profiler_cost import _stackless_frames
+    from analyzer.views.instrumentation import PROFILER_FRAME
+    from analyzer.views.profiler_cost import _profiler_code_kept, _stackless_frames
     ctx = context(name)
     m, gaps = ctx.model, ctx.stackless_gaps
     us = event_costs(ctx).per_event_us
@@ -125,3 +126,16 @@ def test_each_gap_loses_what_it_lost_and_no_more(name):
     timed = laid > 0
     assert laid[timed] == pytest.approx(lost[timed], rel=1e-6, abs=2)
     assert summary["measured_ms"] == pytest.approx(laid.sum() / 1e6, rel=1e-4)
+    # the profiler's own code also gives up what it still took without stacks (prof.step() between two steps keeps
+    # 37-68% of its traced 50-105 µs in these captures), in the gaps that hold it and no other
+    kept = _profiler_code_kept(m, ctx.stackless)
+    assert 0.2 < kept < 1
+    _, (_, start, share), _ = _stackless_frames(m, probed, gaps, kept)
+    k = np.searchsorted(gaps.start_ns, start, side="right") - 1
+    more = np.bincount(k, weights=share, minlength=len(lost)) - laid
+    assert (more >= -2).all() and more.sum() > 0
+    added = np.flatnonzero(more > 2)
+    own = np.array([bool(PROFILER_FRAME.search(n)) for n in m.names], bool)[m.frames.name]
+    f_start, f_end = m.frames.start_ns[own], m.frames.end_ns[own]
+    for g in added.tolist():
+        assert ((f_start < gaps.end_ns[g]) & (f_end > gaps.start_ns[g])).any()
