@@ -278,6 +278,7 @@ def test_stackless_pass_records_the_same_window_without_python_events(tiny_run):
     """The window runs once more under the same settings but without Python stacks: no python_function event, the
     same steps and, step by step, the same sequence of call boundaries, so every step lines up with the trace's;
     a folder walk still finds one trace, and the analysis reads the stackless pass beside it."""
+    import numpy as np
     from analyzer import api
     from analyzer.views.stackless import host_gaps
     run, _ = tiny_run
@@ -291,8 +292,13 @@ def test_stackless_pass_records_the_same_window_without_python_events(tiny_run):
     gaps = host_gaps(trace.model, trace.stackless)
     assert gaps.steps == meta["profiled"]["recorded_steps"] and gaps.steps_matched == gaps.steps
     assert (gaps.end_ns >= gaps.start_ns).all() and (gaps.stackless_ns >= 0).all()
-    stacked, stackless = (gaps.end_ns - gaps.start_ns).sum(), gaps.stackless_ns.sum()
-    assert stackless < stacked  # the Python events' cost is gone
+    # every Python event the recorded steps hold on their thread lies in a gap the stackless pass times (how much
+    # shorter the gaps run without stacks is the host's timing, which a busy machine moves: not asserted here)
+    m = trace.model
+    frames = np.flatnonzero((m.frames.tid == gaps.tid) & (m.frames.start_ns >= gaps.start_ns[0])
+                            & (m.frames.start_ns < gaps.end_ns[-1]))
+    k = np.searchsorted(gaps.start_ns, m.frames.start_ns[frames], side="right") - 1
+    assert len(frames) > 100 and (m.frames.start_ns[frames] < gaps.end_ns[k]).all()
 
 
 def test_stackless_pass_times_a_pure_python_helper(tmp_path):
