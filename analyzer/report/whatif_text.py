@@ -82,11 +82,19 @@ def summary_line(report: dict) -> str | None:
                  "priced at the probe's cost per event.")
     elif stackless.get("measured_over_probed") is not None:
         line += (f" Python code's cost under the profiler measured against the capture's pass without stacks "
-                 f"({stackless['steps_matched']} of {stackless['steps']} steps lined up, {stackless['gaps']} host "
+                 f"({stackless['steps_matched']} of {stackless['steps']} steps lined up, {stackless['gaps']:,} host "
                  f"gaps): {stackless['measured_over_probed']:.2f}x the probe's cost per Python event.")
     elif stackless:
         line += (f" The capture's pass without stacks lined up {stackless['steps_matched']} of "
-                 f"{stackless['steps']} steps and timed no Python code: the probe's costs stand.")
+                 f"{stackless['steps']} steps and timed no Python code.")
+    calibration = stackless.get("calibration") or {}
+    calibrated = bool(calibration.get("calibrated"))
+    if calibrated:
+        line += (f" The calls both passes record (ops, runtime calls, allocator events) cost "
+                 f"{calibration['ratio']:.2f}x the probe's figures in these steps: their host time without stacks "
+                 f"against the unprofiled step ({calibration['steps']} steps).")
+    elif calibration.get("why"):
+        line += f" The recorded calls keep the probe's cost per event ({calibration['why']})."
     graphs = prof.get("graph_replays") or {}
     if graphs:
         line += (f" CUDA graph replays timed without the profiler: {ms(graphs['unprofiled_ms'])} each against "
@@ -102,9 +110,12 @@ def summary_line(report: dict) -> str | None:
                  f"drifted between them).")
     ratio = prof.get("probe_over_measured")
     if ratio:
+        within = abs(ratio - 1) <= 0.05
+        note = ("; the recorded calls' ratio was measured against this step, so this checks that the replay keeps it"
+                if calibrated and within else "")
         line += (f" Check: with those costs the trace replays an unprofiled step of {ms(prof['probe_step_ms'])}; "
-                 f"measured {ms(prof['measured_unprofiled_step_ms'])} ({ratio:.2f}x)")
-        line += "." if abs(ratio - 1) <= 0.05 else (
+                 f"measured {ms(prof['measured_unprofiled_step_ms'])} ({ratio:.2f}x{note})")
+        line += "." if within else (
             f": the costs were scaled by {prof['scale']:.2f} to meet it (the probe does not explain all of the "
             "profiler's cost here, so the savings lean on the measured step).")
     return line

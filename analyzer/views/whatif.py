@@ -189,9 +189,9 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     measure = measure_for(ctx)
     profiled = measure.of(model, model.unchanged())
     costs = event_costs(ctx)
-    cost = ProfilerCost(ctx, model, costs, measure.until_ns)
-    trace_model = model
     target, target_source = _unprofiled_target_ns(ctx, measure)
+    cost = ProfilerCost(ctx, model, costs, measure.until_ns, target, measure.label)
+    trace_model = model
     world = cost.world()
     probe_step = measure.of(world, world.run(overhead=cost.cut(), cpu=False, until_ns=measure.until_ns))
     scale, world_step = _scale_to(measure, cost, target, probe_step) if target else (1.0, probe_step)

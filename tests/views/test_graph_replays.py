@@ -64,10 +64,10 @@ def test_the_profilers_own_step_is_cut_whole():
     else (both bounds are set inside it): an unprofiled run has none of it, so the world cuts all of it, measured,
     whatever the probe says of the few events it records (33-55 µs a step here, 19-32 µs without stacks)."""
     from analyzer.views.instrumentation import PROFILER_FRAME
-    from analyzer.views.profiler_cost import _between_profiler_steps
+    from analyzer.views.timed_gaps import between_profiler_steps
     ctx = context("graph_sync_host_vs_no_item")
     m = ctx.model
-    tid, start, length = _between_profiler_steps(m)
+    tid, start, length = between_profiler_steps(m)
     steps = [k for k, c in enumerate(m.steps.name) if m.names[c].startswith("ProfilerStep#")]
     assert len(start) == len(steps) - 1 and (length > 0).all()
     step_frames = np.flatnonzero([bool(PROFILER_FRAME.search(m.names[c])) and m.names[c].endswith(": step")
