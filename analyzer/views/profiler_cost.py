@@ -5,10 +5,10 @@ the same settings (profiler_costs.json), which makes the unprofiled world an est
 Each recorded event costs its kind's time from its start: a cpu_op or annotation, a Python call, a C function's call
 (a `<built-in ...>` frame), a runtime call (CUPTI's callback, measured on kernel launches), an allocator [memory]
 event, and a CUDA graph launch call a cost per node of its graph on top (CUPTI traces each node; the nodes are the GPU
-activities the call launched); where the capture ran a stackless pass, the Python events of each host gap it timed
-cost what that gap lost to them (analyzer.views.stackless), laid where it was paid: the profiler's own code first,
-the rest by the events' probed costs. Where events crowd, the times overlap and count once, so the cost of a span
-never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
+activities the call launched); where the capture ran a stackless pass, the events of each host gap it timed cost
+what that gap lost to stacks, and its recorded calls their probed cost calibrated on the workload's own host-bound
+steps (analyzer.views.timed_gaps), laid where it was paid. Where events crowd, the times overlap and count once, so
+the cost of a span never exceeds the span. On the GPU, CUPTI lengthens the gap between kernels that run back to
 back (eager, or a graph's nodes): that time comes off each activity's least gap after the one before it on its
 stream; where the capture timed the window's CUDA graph replays without the profiler (meta.json `graph_replays`),
 the replays' measured difference replaces the probe's per-node figure, and their first node starts as soon after
@@ -85,13 +85,12 @@ def event_costs(ctx) -> EventCosts:
 class ProfilerCost:
     """The profiler's cost on each thread the replay knows, as cuts the replay takes (ReplayModel.cut's form), and on
     the GPU: `world()`, the replay model with CUPTI's time between back-to-back kernels taken off their gaps. A scale
-    multiplies every probed cost alike, the GPU's included; what was measured (a timed gap's loss, a graph's replays
-    timed without the profiler) it leaves alone, and a probed cost it moves stops where a timed gap starts.
+    multiplies every probed cost alike, the GPU's included; what was measured (a timed gap's costs, a graph's
+    replays timed without the profiler) it leaves alone, and a probed cost it moves stops where a timed gap starts.
 
-    Where the capture ran a stackless pass (analyzer.views.stackless), the Python events in a host gap it timed cost
-    together what the gap lost to them: the gap's length less its stackless length, measured, not probed, laid where
-    it was paid (_shares). The ratio of that to their probed cost (`stackless["measured_over_probed"]`) then scales
-    the probed cost of the Python events no such gap holds."""
+    Where the capture ran a stackless pass, the host gaps of its lined-up steps are timed (analyzer.views.timed_gaps):
+    each loses what it lost to stacks, and its recorded calls cost their probed cost times the ratio measured on the
+    workload's own host-bound steps against the unprofiled step `target_ns` of the steps named `label`."""
 
     def __init__(self, ctx, model: ReplayModel, costs: EventCosts, until_ns: int | None = None,
                  target_ns: float | None = None, label: str | None = None):
@@ -116,7 +115,6 @@ class ProfilerCost:
                    (rt.tid, rt.start_ns, timed.host_ns[1], False),
                    (m.memory.tid, m.memory.ts_ns, timed.host_ns[2], False),
                    (*timed.cuts, True), (*between_profiler_steps(m), True))
-        gaps = timed.cuts
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
@@ -127,7 +125,7 @@ class ProfilerCost:
         self._gpu_measured_ns, self._ready_ns = graph_cut if graph_cut is not None else (np.zeros(len(gpu_gap_ns)), 0)
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
-        timed = self._timed_gaps(ctx.stackless_gaps, gaps)
+        timed_starts = self._timed_gaps(ctx.stackless_gaps, timed.cuts)
         for tid in model.tids.tolist():
             t, c, fixed = [], [], []
             for tids, start, cost, measured in sources:
@@ -141,9 +139,9 @@ class ProfilerCost:
             # a probed cost stops where the next timed gap starts: however far the check's scale moves it, it never
             # takes the time the stackless pass measured for the code there
             room = np.full(len(t), np.inf)
-            if len(timed) and tid == ctx.stackless_gaps.tid:
-                k = np.searchsorted(timed, t, side="right")
-                room = np.where(k < len(timed), timed[np.minimum(k, len(timed) - 1)] - t, np.inf)
+            if len(timed_starts) and tid == ctx.stackless_gaps.tid:
+                k = np.searchsorted(timed_starts, t, side="right")
+                room = np.where(k < len(timed_starts), timed_starts[np.minimum(k, len(timed_starts) - 1)] - t, np.inf)
             self.by_thread.append((t, c, np.where(fixed, np.inf, room), fixed))
 
     @staticmethod
