@@ -76,8 +76,9 @@ def timed_costs(m, frame_ns: np.ndarray, host: tuple, gaps, kept: float = 0.0, s
                 target_ns: float | None = None, label: str | None = None) -> TimedCosts:
     """The costs of `m`'s Python events (`frame_ns`) and of its host sources (`host`: (tid, start, probed ns) each)
     with the stackless pass's `gaps` timed: each gap's loss laid where it was paid (_shares), and its recorded calls'
-    probed cost times the calibrated ratio (_calibration) from their starts, packed so that no share overlaps the
-    next or passes the gap's end (_packed)."""
+    probed cost times the calibrated ratio (_calibration) from their starts, packed in time order so that no share
+    overlaps the next or passes the end of the run of gaps it lies in (_packed: consecutive steps' gaps run end to
+    end)."""
     host_ns = tuple(cost for *_, cost in host)
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
     if gaps is None:
@@ -103,7 +104,7 @@ def timed_costs(m, frame_ns: np.ndarray, host: tuple, gaps, kept: float = 0.0, s
     out[held] = 0.0
     start, gap, share = _shares(m, gaps, held, k, frame_ns[held], measured, kept)
     left = length - np.bincount(gap, weights=share, minlength=n)
-    events, event_gap, event_start, event_cost, host_out = [], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], \
+    counts, event_gap, event_start, event_cost, host_out = [], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], \
         [np.zeros(0)], []
     for tid, event_start_ns, cost in host:
         i, g = _held(gaps, tid, event_start_ns)
@@ -113,12 +114,12 @@ def timed_costs(m, frame_ns: np.ndarray, host: tuple, gaps, kept: float = 0.0, s
         out_cost = cost.copy()
         out_cost[i] = 0.0
         host_out.append(out_cost)
-        events.append(len(i))
+        counts.append(len(i))
     event_gap, event_start, event_cost = np.concatenate(event_gap), np.concatenate(event_start), \
         np.concatenate(event_cost)
     calibration = _calibration(m, gaps, left, np.bincount(event_gap, weights=event_cost, minlength=n), stackless,
                                target_ns, label)
-    summary.update(recorded_calls=int(sum(events)), calibration=calibration)
+    summary.update(recorded_calls=int(sum(counts)), calibration=calibration)
     start, gap = np.r_[start, event_start], np.r_[gap, event_gap]
     share = np.r_[share, event_cost * calibration.get("ratio", 1.0)]
     # the gaps of a step run end to end: a share that its gap cannot hold goes on into the next
