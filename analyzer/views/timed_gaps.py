@@ -22,6 +22,7 @@ from analyzer.views.stackless import STEP_PREFIX
 
 RATIO_RANGE = (0.25, 4.0)  # how far a measured ratio may move probed costs
 RATIO_EVIDENCE_NS = 100_000  # the probed cost the timed gaps must hold before their Python ratio applies elsewhere
+MIN_STEPS = 2  # lined-up steps a calibration takes the median of
 HOST_BOUND_SHARE = 0.1  # a stackless step whose thread waited in syncs longer than this share of it was not host-bound
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                         "cudaMemcpyAsync", "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
@@ -190,8 +191,9 @@ def _calibration(m, gaps, left_ns: np.ndarray, probed_ns: np.ndarray, stackless,
         mine = (gaps.start_ns >= a) & (gaps.start_ns < b) & ~in_own
         if probed_ns[mine].sum() > 0:
             ratios.append((left_ns[mine].sum() - target_ns) / probed_ns[mine].sum())
-    if not ratios:
-        return {"calibrated": False, "why": f"no lined-up {label} steps"}
+    if len(ratios) < MIN_STEPS:
+        return {"calibrated": False, "why": f"{len(ratios)} lined-up {label} step(s) with recorded calls, fewer than "
+                                            f"{MIN_STEPS}"}
     ratio = float(np.median(ratios))
     if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]:  # the host's time is not what the unprofiled step measures
         return {"calibrated": False, "measured_ratio": round(ratio, 3), "blocked_share": round(blocked, 3),
