@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from analyzer import api  # noqa: E402
 
-PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing")  # tests/fixtures
+PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing",
+             "h100_calibration")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95
