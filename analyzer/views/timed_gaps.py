@@ -5,8 +5,8 @@ Every gap between two recorded calls of a lined-up step loses, with Python stack
 pass's median length at the same position: what its Python events cost, and whatever else ran slower with stacks
 (a gap with no Python event loses time too, and in a slow spell of the host every gap does). What the stackless gap
 still holds of the profiler is the cost of recording the calls around it (cpu_ops, runtime calls, allocator events),
-which the probe prices per event in a tight loop; in a real step those events cost more (on an H100, 1.1-1.8x: a
-larger working set, more inputs per op). Where the stackless pass's steps were host-bound (their thread blocked in
+which the probe prices per event in a tight loop; in a real step they cost otherwise (on an H100, 0.9-1.8x the
+probe's figures in eager decode steps, 2.7x in a compiled step's wrapper code). Where the stackless pass's steps were host-bound (their thread blocked in
 syncs for under HOST_BOUND_SHARE of the step) that ratio is measured (_calibration): the lined-up steps' gaps, less
 what they lost and less the profiler's own step() between steps, against the unprofiled step, over the probed cost
 of their events. Elsewhere the probe's cost stands.
