@@ -6,10 +6,10 @@ pass's median length at the same position: what its Python events cost, and what
 (a gap with no Python event loses time too, and in a slow spell of the host every gap does). What the stackless gap
 still holds of the profiler is the cost of recording the calls around it (cpu_ops, runtime calls, allocator events),
 which the probe prices per event in a tight loop; in a real step they cost otherwise (on an H100, 0.9-1.8x the
-probe's figures in eager decode steps, 2.7x in a compiled step's wrapper code). Where the stackless pass's steps were host-bound (their thread blocked in
-syncs for under HOST_BOUND_SHARE of the step) that ratio is measured (_calibration): the lined-up steps' gaps, less
-what they lost and less the profiler's own step() between steps, against the unprofiled step, over the probed cost
-of their events. Elsewhere the probe's cost stands.
+probe's figures in eager decode steps, 2.7x in a compiled step's wrapper code). Where the stackless pass's steps
+were host-bound (their thread blocked in syncs for under HOST_BOUND_SHARE of the step) that ratio is measured
+(_calibration): the lined-up steps' gaps, less what they lost and less the profiler's own step() between steps,
+against the unprofiled step, over the probed cost of their events. Elsewhere the probe's cost stands.
 """
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def _shares(m, gaps, held: np.ndarray, gap: np.ndarray, probed: np.ndarray, meas
     """Where each gap's cost was paid, as (start, gap, share) in start order: the profiler's own code
     (PROFILER_FRAME, its outermost frames, cut to the gaps they cross) first, its whole traced time, since an
     unprofiled run has none of it: what the gap lost (`measured`) and the share `kept` of that code's traced time
-    that it still took without stacks (_profiler_code_kept), which the stackless pass's length still holds; the rest
+    that it still took without stacks (profiler_code_kept), which the stackless pass's length still holds; the rest
     of the loss over the gap's other Python events (`held`, in start order, and their gaps) by their probed cost, so
     that taking a function's run out of a gap takes out the part of the cost its own events paid (a pure-Python
     helper's, not a C call's beside it that the profiler barely slows)."""
