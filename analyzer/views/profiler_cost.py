@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzer.views.instrumentation import PROFILER_FRAME
 from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, WAITS, ReplayModel
 from analyzer.views.timed_gaps import between_profiler_steps, profiler_code_kept, timed_costs
 
