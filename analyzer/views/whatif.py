@@ -29,6 +29,7 @@ CHECK_TOLERANCE = 0.05  # the probed costs stand where their world's step is wit
 SCALE_RANGE = (0.5, 150.0)  # how far the probed costs may be scaled to meet the measured step (150: an op
 # costing ~250 µs, beyond any profiler's cost per event: a step that will not come down is not dilation)
 SCALE_ROUNDS = 14
+SCALE_RESOLUTION = 0.002  # of the measured step: a scale whose world's step is this near it is the one asked for
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -167,7 +168,7 @@ def _scale_to(measure: Measure, cost: ProfilerCost, target: float, probe_step: f
     if at_lo <= target:
         return lo, at_lo
     for _ in range(SCALE_ROUNDS):
-        if at_hi >= (1 - CHECK_TOLERANCE) * target:
+        if at_hi >= (1 - SCALE_RESOLUTION) * target:
             break
         mid = (lo + hi) / 2
         at_mid = step(mid)
