@@ -73,6 +73,8 @@ class Saving(msgspec.Struct):
     kept_cost_ms: float | None = None
     once_ms: float | None = None  # a one-time cost: what a warmed-up run saves over the whole window
     window_ms: float | None = None  # that window's replayed span
+    replayed_saving_ms: float | None = None  # the replay's own figure, where it was more than the measured step
+    # leaves above the GPU's own work (saving_ms is then that headroom)
 
 
 class Finding(msgspec.Struct):

@@ -38,6 +38,30 @@ def saving_cell(finding: dict) -> str:
     return cell + (f"; {ms(w['once_ms'])} once" if w.get("once_ms") else "")
 
 
+def capped_line(w: dict, section: dict) -> str:
+    """A saving the measured step caps: from the measured step down to the GPU's own work, at best."""
+    measured = (section.get("profiler") or {}).get("measured_unprofiled_step_ms")
+    replay = f"the replay, at {ms(w['step_ms'])} a step, gave {ms(w['replayed_saving_ms'])}"
+    if section["headroom_ms"] > 0:
+        return (f"What fixing it buys: with {w['fix']}, the unprofiled step goes from {ms(measured)} (measured) to "
+                f"{ms(section['gpu_floor_ms'])} at best, the GPU's own work per step in the replay (saves "
+                f"{ms(w['saving_ms'])} per step; {replay}, but no fix of the CPU side goes below the GPU's work).")
+    return (f"What fixing it buys: with {w['fix']}, the unprofiled step stays at {ms(measured)} (measured): it is no "
+            f"longer than the GPU's own work per step in the replay ({ms(section['gpu_floor_ms'])}), so the replay finds "
+            f"nothing on the step's critical path for a fix of the CPU side to save ({replay}).")
+
+
+def headroom_clause(section: dict) -> str:
+    """Why no fix of the CPU side saves more than the measured step's headroom over the GPU's work."""
+    measured = (section.get("profiler") or {}).get("measured_unprofiled_step_ms")
+    step = f"the measured step ({ms(measured)})" if measured else "the measured step"
+    if section["headroom_ms"] > 0:
+        return (f"{step} is only {ms(section['headroom_ms'])} longer than the GPU's own work per step in the replay "
+                f"({ms(section['gpu_floor_ms'])}), and no fix of the CPU side saves more than that")
+    return (f"{step} is no longer than the GPU's own work per step in the replay ({ms(section['gpu_floor_ms'])}), "
+            "so the replay finds nothing on the step's critical path for a fix of the CPU side to save")
+
+
 def what_if_line(finding: dict, section: dict | None) -> str:
     """One sentence: the fix, and the step time before and after it; or why there is no number."""
     w = finding.get("what_if")
@@ -47,9 +71,12 @@ def what_if_line(finding: dict, section: dict | None) -> str:
         return f"What fixing it buys: no estimate ({w.get('why')})."
     unit = "per step" if w.get("measure") == "step" else "over the window"
     world = {"unprofiled": " unprofiled", "estimated": " estimated unprofiled"}.get((section or {}).get("basis"), "")
-    line = (f"What fixing it buys: with {w['fix']}, the{world} {'step' if w.get('measure') == 'step' else 'window'} "
-            f"goes from {ms(w['step_ms'])} to {ms(w['fixed_step_ms'])} "
-            f"(saves {ms(w['saving_ms'])} {unit}).")
+    if w.get("replayed_saving_ms") is not None and (section or {}).get("headroom_ms") is not None:
+        line = capped_line(w, section)
+    else:
+        line = (f"What fixing it buys: with {w['fix']}, the{world} "
+                f"{'step' if w.get('measure') == 'step' else 'window'} goes from {ms(w['step_ms'])} to "
+                f"{ms(w['fixed_step_ms'])} (saves {ms(w['saving_ms'])} {unit}).")
     if w.get("once_ms"):
         line += (f" Paid once: over the whole window ({ms(w['window_ms'])}) a warmed-up run saves "
                  f"{ms(w['once_ms'])}.")
@@ -118,4 +145,8 @@ def summary_line(report: dict) -> str | None:
         line += "." if within else (
             f": the costs were scaled by {prof['scale']:.2f} to meet it (the probe does not explain all of the "
             "profiler's cost here, so the savings lean on the measured step).")
+    capped = [f for f in report.get("findings") or [] if (f.get("what_if") or {}).get("replayed_saving_ms") is not None]
+    if capped and w.get("headroom_ms") is not None:
+        line += (f" {len(capped)} saving{'s' if len(capped) > 1 else ''} of the replay {'are' if len(capped) > 1 else 'is'}"
+                 f" capped at what that step leaves: {headroom_clause(w)}.")
     return line

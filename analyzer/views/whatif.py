@@ -20,7 +20,7 @@ import numpy as np
 
 from analyzer.views.graphable import InnerLoop, inner_loop
 from analyzer.views.profiler_cost import ProfilerCost, event_costs
-from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
+from analyzer.views.replay import GRAPH_LAUNCHES, STREAM_BOUND, ReplayModel, Replayed
 
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
 MAX_STEPS = 64  # the repeated steps a step time is the median of: the first ones, so that a long trace's replay
@@ -179,6 +179,32 @@ def _scale_to(measure: Measure, cost: ProfilerCost, target: float, probe_step: f
     return hi, at_hi
 
 
+def _headroom_ns(ctx, model: ReplayModel, measure: Measure, overhead, target: float | None,
+                 world_step: float, cost: ProfilerCost) -> float:
+    """How much a fix of the CPU side can save at most: the measured unprofiled step less the GPU's own time per
+    step in the world (every thread's CPU time taken out, so that each step's GPU work runs as soon as its stream
+    and its graph's nodes allow). Unbounded where no step was measured, where the world replays the step no
+    slower than measured, or where the world's GPU time is the probe's guess at CUPTI's cost on graph nodes (the
+    replays not timed unprofiled: that guess runs short, and the bound would be too tight). Returns (the headroom,
+    the GPU's time per step in the world or None)."""
+    if not target or world_step <= target or measure.kind != "step":
+        return np.inf, None
+    if cost.graph_replays is None and cost.graph_node_gpu_ns and _replays_graphs(ctx):
+        return np.inf, None
+    m = ctx.model
+    lo = min(int(m.ops.start_ns.min()) if len(m.ops) else 0, int(m.runtime.start_ns.min()) if len(m.runtime) else 0)
+    hi = max(int(m.ops.end_ns.max()) if len(m.ops) else 0, int(m.runtime.end_ns.max()) if len(m.runtime) else 0)
+    everything = np.array([[tid, lo, hi + 1] for tid in model.tids.tolist()], np.int64).reshape(-1, 3)
+    floor = measure.of(model, model.run(everything, (), overhead, cpu=False, until_ns=measure.until_ns))
+    return max(target - floor, 0.0), floor
+
+
+def _replays_graphs(ctx) -> bool:
+    m = ctx.model
+    graph_launch = np.isin(m.runtime.name, [c for c, n in enumerate(m.names) if n in GRAPH_LAUNCHES])
+    return bool(len(m.gpu) and (m.gpu.launch >= 0).any() and graph_launch[m.gpu.launch[m.gpu.launch >= 0]].any())
+
+
 def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
     """report.json's `what_if` section and, per top-level finding id, its `what_if`."""
     model = ctx.replay
@@ -223,6 +249,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False,
                                            until_ns=measure.until_ns))
 
+    headroom, floor = _headroom_ns(ctx, model, measure, overhead, target, world_step, cost)
     per_finding: dict[str, dict] = {}
     fixes = []
     for f in findings:
@@ -234,7 +261,12 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
             continue
         fixes.append(fix)
         after = min(fixed_step(fix), world_step)
+        replayed = world_step - after
+        if not fix.as_graphs:
+            after = max(after, world_step - headroom)
         per_finding[f.id] = _saving(world_step, after, fix, measure)
+        if world_step - after < replayed:
+            per_finding[f.id]["replayed_saving_ms"] = _ms(replayed)
         if fix.one_time and measure.kind == "step":  # paid once: what a warmed-up run saves over the window
             whole = Measure("window", np.zeros(0, np.int64), "window")
             before_ns = whole.of(model, model.run((), (), overhead, cpu=False))
@@ -259,11 +291,15 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         together = measure.of(model, model.run(removed, no_wait, overhead, cpu=False, until_ns=measure.until_ns))
     else:
         together = world_step
+    if not any(fix.as_graphs for fix in fixes):
+        together = max(together, world_step - headroom)
     together = min(max(together, busy), world_step)
     section = {
         "available": True, "basis": basis, "measure": measure.kind, "step_label": measure.label,
         "steps_used": int(len(measure.steps)), "step_ms": _ms(world_step), "profiled_step_ms": _ms(profiled),
         "gpu_busy_per_step_ms": _ms(busy), "graph_node_gap_us": round(node_gap / 1e3, 3),
+        **({"headroom_ms": _ms(headroom), "gpu_floor_ms": _ms(target - headroom) if headroom > 0 else _ms(floor)}
+           if np.isfinite(headroom) else {}),
         "graph_node_gap_source": gap_source, "profiler": profiler,
         "all_fixed": {"fixed_step_ms": _ms(together), "saving_ms": _ms(world_step - together),
                       "bound": "GPU busy time per step: no fix of the CPU side goes below it"},
