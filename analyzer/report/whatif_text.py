@@ -47,8 +47,8 @@ def capped_line(w: dict, section: dict) -> str:
                 f"{ms(section['gpu_floor_ms'])} at best, the GPU's own work per step in the replay (saves "
                 f"{ms(w['saving_ms'])} per step; {replay}, but no fix of the CPU side goes below the GPU's work).")
     return (f"What fixing it buys: with {w['fix']}, the unprofiled step stays at {ms(measured)} (measured): it is no "
-            f"longer than the GPU's own work per step in the replay ({ms(section['gpu_floor_ms'])}), so the replay finds "
-            f"nothing on the step's critical path for a fix of the CPU side to save ({replay}).")
+            f"longer than the GPU's own work per step in the replay ({ms(section['gpu_floor_ms'])}), so the replay "
+            f"finds nothing on the step's critical path for a fix of the CPU side to save ({replay}).")
 
 
 def headroom_clause(section: dict) -> str:
@@ -145,8 +145,8 @@ def summary_line(report: dict) -> str | None:
         line += "." if within else (
             f": the costs were scaled by {prof['scale']:.2f} to meet it (the probe does not explain all of the "
             "profiler's cost here, so the savings lean on the measured step).")
-    capped = [f for f in report.get("findings") or [] if (f.get("what_if") or {}).get("replayed_saving_ms") is not None]
+    capped = sum((f.get("what_if") or {}).get("replayed_saving_ms") is not None for f in report.get("findings") or [])
     if capped and w.get("headroom_ms") is not None:
-        line += (f" {len(capped)} saving{'s' if len(capped) > 1 else ''} of the replay {'are' if len(capped) > 1 else 'is'}"
-                 f" capped at what that step leaves: {headroom_clause(w)}.")
+        line += (f" {capped} saving{'s' if capped > 1 else ''} of the replay {'are' if capped > 1 else 'is'} capped at "
+                 f"what that step leaves: {headroom_clause(w)}.")
     return line

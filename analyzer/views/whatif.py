@@ -180,7 +180,7 @@ def _scale_to(measure: Measure, cost: ProfilerCost, target: float, probe_step: f
 
 
 def _headroom_ns(ctx, model: ReplayModel, measure: Measure, overhead, target: float | None,
-                 world_step: float, cost: ProfilerCost) -> float:
+                 world_step: float, cost: ProfilerCost) -> tuple[float, float | None]:
     """How much a fix of the CPU side can save at most: the measured unprofiled step less the GPU's own time per
     step in the world (every thread's CPU time taken out, so that each step's GPU work runs as soon as its stream
     and its graph's nodes allow). Unbounded where no step was measured, where the world replays the step no
@@ -298,8 +298,7 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         "available": True, "basis": basis, "measure": measure.kind, "step_label": measure.label,
         "steps_used": int(len(measure.steps)), "step_ms": _ms(world_step), "profiled_step_ms": _ms(profiled),
         "gpu_busy_per_step_ms": _ms(busy), "graph_node_gap_us": round(node_gap / 1e3, 3),
-        **({"headroom_ms": _ms(headroom), "gpu_floor_ms": _ms(target - headroom) if headroom > 0 else _ms(floor)}
-           if np.isfinite(headroom) else {}),
+        **({"headroom_ms": _ms(headroom), "gpu_floor_ms": _ms(floor)} if np.isfinite(headroom) else {}),
         "graph_node_gap_source": gap_source, "profiler": profiler,
         "all_fixed": {"fixed_step_ms": _ms(together), "saving_ms": _ms(world_step - together),
                       "bound": "GPU busy time per step: no fix of the CPU side goes below it"},
