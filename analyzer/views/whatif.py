@@ -309,7 +309,9 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
                        + (" (Python code's from the capture's pass without stacks)" if cost.stackless else "")
                        + ", taken out of every thread first"
                        + (", checked against meta.json's unprofiled p50 (scaled where the world it builds misses "
-                          f"that step by more than {CHECK_TOLERANCE:.0%})" if target else
+                          f"that step by more than {CHECK_TOLERANCE:.0%}; a saving of the CPU side no more than that "
+                          "step less the GPU's own work per step, where the world's GPU work was measured)"
+                          if target else
                           " (no unprofiled step time of the same steps to check it against)")
                        + "; step = " + (f"the median GPU period of the first {MAX_STEPS} repeated steps (all where "
                                         f"fewer)" if measure.kind == "step"
