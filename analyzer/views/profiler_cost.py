@@ -116,6 +116,7 @@ class ProfilerCost:
                    (*timed.cuts, True), (*between_profiler_steps(m), True))
         launch = gpu.launch[model.rows]
         in_graph = (launch >= 0) & graph_launch[np.maximum(launch, 0)] if len(rt) else np.zeros(len(launch), bool)
+        self.replays_graphs = bool(in_graph.any())  # the replay's GPU activities include graph nodes
         gpu_gap_ns = np.where(in_graph, us["gpu_graph_node"], us["gpu_queued_kernel"]) * 1e3
         graph_cut, self.graph_replays = _graph_replays(ctx, model, launch, in_graph)
         if graph_cut is not None:  # the user's own graphs timed without CUPTI: measured, not probed or scaled

@@ -20,7 +20,7 @@ import numpy as np
 
 from analyzer.views.graphable import InnerLoop, inner_loop
 from analyzer.views.profiler_cost import ProfilerCost, event_costs
-from analyzer.views.replay import GRAPH_LAUNCHES, STREAM_BOUND, ReplayModel, Replayed
+from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
 
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
 MAX_STEPS = 64  # the repeated steps a step time is the median of: the first ones, so that a long trace's replay
@@ -189,7 +189,7 @@ def _headroom_ns(ctx, model: ReplayModel, measure: Measure, overhead, target: fl
     the GPU's time per step in the world or None)."""
     if not target or world_step <= target or measure.kind != "step":
         return np.inf, None
-    if cost.graph_replays is None and cost.graph_node_gpu_ns and _replays_graphs(ctx):
+    if cost.graph_replays is None and cost.graph_node_gpu_ns and cost.replays_graphs:
         return np.inf, None
     m = ctx.model
     lo = min(int(m.ops.start_ns.min()) if len(m.ops) else 0, int(m.runtime.start_ns.min()) if len(m.runtime) else 0)
@@ -197,12 +197,6 @@ def _headroom_ns(ctx, model: ReplayModel, measure: Measure, overhead, target: fl
     everything = np.array([[tid, lo, hi + 1] for tid in model.tids.tolist()], np.int64).reshape(-1, 3)
     floor = measure.of(model, model.run(everything, (), overhead, cpu=False, until_ns=measure.until_ns))
     return max(target - floor, 0.0), floor
-
-
-def _replays_graphs(ctx) -> bool:
-    m = ctx.model
-    graph_launch = np.isin(m.runtime.name, [c for c, n in enumerate(m.names) if n in GRAPH_LAUNCHES])
-    return bool(len(m.gpu) and (m.gpu.launch >= 0).any() and graph_launch[m.gpu.launch[m.gpu.launch >= 0]].any())
 
 
 def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
