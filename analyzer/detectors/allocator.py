@@ -124,6 +124,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     release_calls = sum(v["count"] for k, v in by_api.items() if k not in apis.ALLOC_RESERVE)
     idle_us = idle.total_ns(ALLOCATOR) / 1e3
     stats = ctx.meta.get("profiled", "memory_stats_delta", default={}) if ctx.meta else {}
+    process = ctx.meta.get("profiled", "memory_stats_after", default={}) if ctx.meta else {}
     data = {
         "cuda_malloc": reserve_calls, "cuda_free": release_calls, "warmup_calls": int(warmup_calls),
         "api_names": {"malloc": ctx.traits.api("cudaMalloc"), "free": ctx.traits.api("cudaFree")},
@@ -138,6 +139,9 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         "per_step": [{"step": k, **v} for k, v in per_step.items()],
         "sites": site_list,
         "memory_stats_delta": {k: stats[k] for k in STATS_KEYS if k in stats} if stats else None,
+        # the process's counters at the window's end: what the allocator did before the window, too
+        "memory_stats_process": {k: process[k] for k in (*STATS_KEYS, "reserved_bytes.all.peak") if k in process}
+        if process else None,
         "oom_events": int(mem.is_oom.sum()),
     }
     findings = _findings(ctx, data, steps)
@@ -153,6 +157,20 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
                                                                    library_site=top.library_site)
         findings += extra
     return DetectorResult({"allocator": data}, tuple(findings))
+
+
+def _flushes_before_the_window(data: dict, names: dict) -> str:
+    """A sentence on the cache flushes the process's counters show before the window, or nothing."""
+    process, window = data["memory_stats_process"] or {}, data["memory_stats_delta"] or {}
+    retries = process.get("num_alloc_retries", 0) - window.get("num_alloc_retries", 0)
+    if retries <= 0:
+        return ""
+    peak = process.get("reserved_bytes.all.peak")
+    peak_text = f" (reserved memory peaked at {peak / 2 ** 30:.1f} GiB)" if peak else ""
+    return (f" Before the profiled window the process ran out of device memory {retries} time"
+            f"{'s' if retries > 1 else ''}{peak_text}: each time the allocator freed its cached segments and "
+            f"synchronized the device before retrying ({process.get('num_device_free', 0)} {names['free']} in the "
+            "process in all). The window shows none of that, so the saving prices its own calls only.")
 
 
 def _reserved_change(ts: np.ndarray, reserved: np.ndarray, start: int, end: int) -> int | None:
@@ -190,6 +208,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
         else:
             title = f"Reserved memory grows inside the loop: {reserves} {names['malloc']}{where}{warm}"
             advice = ADVICE_GROWTH.format(malloc=names["malloc"], conf=conf)
+        advice += _flushes_before_the_window(data, names)
         findings.append(Finding(
             kind="allocator_churn", severity=severity_for(data["gpu_idle_us"], window_us), title=title,
             call_site=top["call_site"] if top else None,

@@ -263,6 +263,10 @@ def _allocator_tables(report: dict) -> str:
     delta = a.get("memory_stats_delta")
     if delta:
         rows.append(["torch.cuda.memory_stats delta", esc(", ".join(f"{k} {v}" for k, v in delta.items()))])
+    process = a.get("memory_stats_process")
+    if process:
+        rows.append(["torch.cuda.memory_stats of the process at the window's end",
+                     esc(", ".join(f"{k} {v}" for k, v in process.items()))])
     sites = [[_where(s), esc(s.get("op")), esc(s.get("cuda_malloc")),
               esc(s.get("cuda_free")), f"<span class=num>{fmt_ms(s.get('total_us'))}</span>",
               fmt_bytes(s.get("bytes_reserved")), fmt_bytes(s.get("bytes_released"))] for s in a.get("sites") or []]

@@ -354,6 +354,9 @@ def _allocator_details(report: dict) -> list[str]:
     if a.get("memory_stats_delta"):
         body += ["", "memory_stats over the profiled window: " +
                  ", ".join(f"{k} +{v}" for k, v in a["memory_stats_delta"].items())]
+    if a.get("memory_stats_process"):
+        body += ["", "memory_stats of the whole process at the window's end: " +
+                 ", ".join(f"{k} {v}" for k, v in a["memory_stats_process"].items())]
     out = _details("Caching allocator", body)
     if a.get("snapshot"):
         out += _snapshot_details(a["snapshot"], names)

@@ -167,3 +167,22 @@ def test_analyze_cli_takes_a_snapshot_from_elsewhere_and_refuses_a_bad_one(tmp_p
     assert main(["analyze", str(run), "--out", str(tmp_path / "bad"), "--no-cache", "--memory-snapshot", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.pickle" in err and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("folder,retries", [("h100_whatif", 3), ("h200_whatif", 0)])
+def test_cache_flushes_before_the_window_are_named_beside_the_window_s_price(folder, retries):
+    """The fragmentation pathology's workspace grows over the whole process: on the 80 GB H100 reserved memory reached
+    the device's size three times before the window (meta.json profiled.memory_stats_after, the process's counters),
+    on the 139 GB H200 never. The growth finding says so, since its saving prices the window's calls only."""
+    run = FIX.parent / folder / "fragmentation"
+    report = api.analyze(api.load(run, cache=False)).report
+    (growth,) = [f for f in report["findings"] if f["kind"] == "allocator_churn" and not f.get("parent")]
+    process = api.read_meta(run / "meta.json").data["profiled"]["memory_stats_after"]
+    assert report["allocator"]["memory_stats_process"]["num_alloc_retries"] == process["num_alloc_retries"] == retries
+    if retries:
+        peak = process["reserved_bytes.all.peak"] / 2 ** 30
+        assert (f"ran out of device memory {retries} times (reserved memory peaked at {peak:.1f} GiB)"
+                in growth["advice"])
+        assert f"({process['num_device_free']} cudaFree in the process in all)" in growth["advice"]
+    else:
+        assert "ran out of device memory" not in growth["advice"]

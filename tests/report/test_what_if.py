@@ -68,12 +68,17 @@ KNOWN_MISSES = {
     # code runs ~1.3 ms slower than unprofiled; a cost per recorded event cannot model that (it records a dozen).
     # On the H200 the same pair lands within (numpy_sampler_h200, and two captures not kept).
     "h200_whatif/numpy_sampler": "over",
-    # the allocator fix (cudaMalloc/cudaFree served from the cache) is priced at 0.50 ms; the twin, which also drops
-    # the pathology's empty_cache() call and the 32 MiB copies it forces, saves 0.67 ms (band 0.15-1.17): the pair
-    # measures more than the finding's fix, and the criterion (25%, or 1% of the step) holds it to 0.17 ms.
+    # The allocator fix (the window's cudaMalloc calls served from the cache: one a step, ~360 µs each for ~415 MiB
+    # with 69 GiB reserved) is priced at 0.43 ms; the twin (the plain decode) saves 0.67 ms in 6 rounds (band
+    # 0.15-1.17). The pathology's only other allocator work is served from the cache (the process made 303 device
+    # allocations, no frees, no retries: meta.json profiled.memory_stats_after).
     "h200_whatif/fragmentation": "under",
-    # recaptured with 12 rounds on a quiet H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured, the same
-    # under-pricing.
+    # 12 rounds on an H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured. The workspace grows 1 MiB a step
+    # over the whole process, so on the 80 GB card reserved memory reached the device's size (peak 84 GB) and the
+    # allocator freed its cache and retried 3 times (636 cudaFree). The window follows such a flush (7.1-10.4 GB
+    # reserved, ~280 µs a cudaMalloc for ~794 MiB), while the timing phase's session p50s rose from 7.31 to 7.66 ms
+    # and fell back: a cudaMalloc seems to cost more with more memory mapped, and four calls after a flush would
+    # sample the cheap end of that cycle (benchmarks/fragmentation_steps.py bins it; not run yet).
     "h100_whatif/fragmentation": "under",
     # GPU-bound pairs (the step a CUDA graph at batch 8, 1.76 ms of GPU work in 588 nodes, the unprofiled step
     # 2.0-2.5 ms): the savings are 0.03-0.5 ms, and the criterion (25%, or 1% of the step) asks the replayed world to
