@@ -170,7 +170,7 @@ def _flushes_before_the_window(data: dict, names: dict) -> str:
     return (f" Before the profiled window the process ran out of device memory {retries} time"
             f"{'s' if retries > 1 else ''}{peak_text}: each time the allocator freed its cached segments and "
             f"synchronized the device before retrying ({process.get('num_device_free', 0)} {names['free']} in the "
-            "process in all). The window shows none of that, so the saving prices its own calls only.")
+            "process in all). The window shows none of that, so the saving below prices the window's calls only.")
 
 
 def _reserved_change(ts: np.ndarray, reserved: np.ndarray, start: int, end: int) -> int | None:
