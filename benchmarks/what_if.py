@@ -6,6 +6,11 @@ with 6 or fewer, the whole range).
 
     python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/*, h100_whatif/* and the serving
                                                    pair)
+    python benchmarks/what_if.py --freeze NEW_FOLDER RUN_DIR ...
+
+A recapture replaces a fixture pair (the repository has room for one capture of each): before the old pair is deleted,
+--freeze predicts it with the analyzer of that day and keeps its row in benchmarks/what_if_earlier.json under
+NEW_FOLDER/its name. The table shows it beside the new capture's row.
 
 A prediction holds when it is within 25% of the measured saving or within 1% of the step. Where the band holds both
 zero and the prediction and is wider than that tolerance, the pair cannot tell a right prediction from a wrong one:
@@ -14,15 +19,21 @@ misses (outside the tolerance, or of the wrong sign).
 """
 from __future__ import annotations
 
+import datetime
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from analyzer import api  # noqa: E402
 
+EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
 PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing",
              "h100_calibration")  # tests/fixtures
 TOLERANCE = 0.25
@@ -132,14 +143,52 @@ def verdict(predicted: float | None, measured: float, lo: float, hi: float, step
     return "wrong sign" if wrong else "missed"
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| pair | fix the replay applies | predicted saving (ms/step) | measured, median (ms/step) "
-             "| 95% band (ms) | rounds | measured step → fixed (ms) | verdict |", "|---|---|---|---|---|---|---|---|"]
+def table(rows: list[dict], earlier: dict | None = None) -> str:
+    """The Markdown table; where earlier (what_if_earlier.json) holds a row the run's capture replaced, a last column
+    shows it: that capture's prediction, measured saving, band, rounds and verdict."""
+    earlier = earlier or {}
+    shown = any(r["run"] in earlier for r in rows)
+    head = ("| pair | fix the replay applies | predicted saving (ms/step) | measured, median (ms/step) | 95% band (ms) "
+            "| rounds | measured step → fixed (ms) | verdict |")
+    lines = [head + (" earlier capture: predicted, measured (band), rounds, verdict |" if shown else ""),
+             "|---" * (9 if shown else 8) + "|"]
     for r in rows:
-        lines.append(f"| `{r['run']}` | {r['fix']} | {_num(r['predicted_ms'])} | {_num(r['measured_ms'])} "
-                     f"| {_num(r['band_ms'][0])} … {_num(r['band_ms'][1])} | {r['rounds']} "
-                     f"| {_num(r['step_ms'])} → {_num(r['fixed_step_ms'])} | {r['verdict']} |")
+        line = (f"| `{r['run']}` | {r['fix']} | {_num(r['predicted_ms'])} | {_num(r['measured_ms'])} "
+                f"| {_num(r['band_ms'][0])} … {_num(r['band_ms'][1])} | {r['rounds']} "
+                f"| {_num(r['step_ms'])} → {_num(r['fixed_step_ms'])} | {r['verdict']} |")
+        if shown:
+            e = earlier.get(r["run"])
+            line += (f" `{e['from']}`: {_num(e['predicted_ms'])}, {_num(e['measured_ms'])} "
+                     f"({_num(e['band_ms'][0])} … {_num(e['band_ms'][1])}), {e['rounds']}, {e['verdict']} |"
+                     if e else " – |")
+        lines.append(line)
     return "\n".join(lines)
+
+
+def freeze(new_folder: str, runs: list[Path], frozen: dict) -> dict:
+    """frozen (what_if_earlier.json's rows) with the rows of runs added under new_folder/their name: what the table
+    said of each before its recapture replaced it."""
+    frozen = dict(frozen)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    for run in runs:
+        row = row_for(run)
+        frozen[f"{new_folder}/{run.name}"] = {
+            "from": row["run"], "frozen": f"{datetime.date.today()}, analyzer at {commit or 'unknown'}",
+            "rounds": row["rounds"], "verdict": row["verdict"], "band_ms": [round(x, 4) for x in row["band_ms"]],
+            **{k: round(row[k], 4) for k in ("predicted_ms", "measured_ms", "step_ms", "fixed_step_ms")}}
+    return frozen
+
+
+def earlier_rows() -> dict:
+    return json.loads(EARLIER.read_text()) if EARLIER.exists() else {}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _num(x: float | None) -> str:
@@ -147,10 +196,17 @@ def _num(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--freeze"]:
+        if len(argv) < 3:
+            print("usage: what_if.py --freeze NEW_FOLDER RUN_DIR ...", file=sys.stderr)
+            return 2
+        frozen = freeze(argv[1], [Path(a) for a in argv[2:]], earlier_rows())
+        _write_atomic(EARLIER, json.dumps(frozen, indent=1) + "\n")
+        return 0
     runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS
                                        for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]
     rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
-    print(table(rows))
+    print(table(rows, earlier_rows()))
     return 0 if all(r["verdict"] in ("within", "too noisy to check") for r in rows) else 1
 
 
