@@ -18,18 +18,23 @@ _VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_g
 _VLLM_OLD_STEP = re.compile(r"^execute_new_(\d+)_cached_(\d+)$")
 _BRACKET_STEP = re.compile(r"^(?:step\[([A-Z_]+)|(prefill|decode)\[)([^\]]*)\]$")
 _FIELD = re.compile(r"(\w+)=(\d+)")
+# SGLang names its steps in vLLM's format too (sglang_profiler): its package in the trace's frames or ops says whose
+# steps they are (vLLM never runs SGLang's code; SGLang has run vLLM's kernels)
+_SGLANG_CODE = re.compile(r"(?:^|/)sglang(?:/|_profiler::)", re.M)
 
 
-def engine_batch(name: str) -> dict | None:
+def engine_batch(name: str, code_engine: str | None = None) -> dict | None:
     """The batch a serving engine's step annotation names: engine, phase (prefill / decode / mixed) and the
-    prefill and decode requests and tokens it states (None where it does not say)."""
+    prefill and decode requests and tokens it states (None where it does not say). code_engine: the engine whose
+    code the trace shows ran (engine_in_code), which names a step in vLLM's format that another engine wrote."""
     m = _VLLM_STEP.match(name)
     if m:
         ctx_n, ctx_tok, gen_n, gen_tok = (int(x) for x in m.groups())
-        return _batch("vllm", ctx_n, ctx_tok, gen_n, gen_tok)
+        return _batch(code_engine or "vllm", ctx_n, ctx_tok, gen_n, gen_tok)
     m = _VLLM_OLD_STEP.match(name)
     if m:
-        return {"engine": "vllm", "phase": None, "new_requests": int(m.group(1)), "cached_requests": int(m.group(2))}
+        return {"engine": code_engine or "vllm", "phase": None, "new_requests": int(m.group(1)),
+                "cached_requests": int(m.group(2))}
     m = _BRACKET_STEP.match(name)
     if not m:
         return None
@@ -44,6 +49,11 @@ def engine_batch(name: str) -> dict | None:
     if mode == "mixed":
         return _batch(engine, fields.get("c"), fields.get("c_sq"), fields.get("g"), fields.get("g_sq"))
     return {"engine": engine, "phase": mode, "requests": bs}
+
+
+def engine_in_code(model: TraceModel) -> str | None:
+    """"sglang" where the trace's names (Python frames, ops) come from SGLang's package, else None."""
+    return "sglang" if _SGLANG_CODE.search("\n".join(model.names)) else None
 
 
 def _batch(engine: str, prefill_requests, prefill_tokens, decode_requests, decode_tokens) -> dict:
@@ -61,6 +71,7 @@ class StepRanges:
     lo_ns: np.ndarray  # the CPU time the step owns: [lo, hi)
     hi_ns: np.ndarray
     source: str  # which annotations were used
+    code_engine: str | None = None  # engine_in_code where the steps are an engine's annotations
 
     def __len__(self) -> int:
         return len(self.names)
@@ -93,10 +104,11 @@ def step_ranges(model: TraceModel) -> StepRanges:
             keep.append(r)
             last_end = int(steps.end_ns[r])
     rows = np.asarray(keep, np.int64)
-    engines = {b["engine"] for b in (engine_batch(labels[r]) for r in keep) if b}
+    code_engine = engine_in_code(model) if any(engine_batch(labels[r]) for r in keep) else None
+    engines = {b["engine"] for b in (engine_batch(labels[r], code_engine) for r in keep) if b}
     source = (f"{'/'.join(sorted(engines))} engine step annotations" if engines else "annotations") if own.any() \
         else "ProfilerStep"
     cpu_s, cpu_e = steps.start_ns[rows], steps.end_ns[rows]
     lo = cpu_s.copy()
     hi = np.append(cpu_s[1:], cpu_e[-1:]).astype(np.int64)
-    return StepRanges([labels[r] for r in rows.tolist()], cpu_s, cpu_e, lo, hi, source)
+    return StepRanges([labels[r] for r in rows.tolist()], cpu_s, cpu_e, lo, hi, source, code_engine)

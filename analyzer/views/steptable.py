@@ -84,6 +84,6 @@ def step_table(ctx) -> list[dict]:
             "idle_by_cause_us": {c: us(idle_by_cause[k, i]) for i, c in enumerate(CAUSES)},
             "gpu_utilization": round(int(busy[k]) / accounted, 4) if accounted else None,
             "launches": int(launches[k]),
-            **({"batch": batch} if (batch := engine_batch(name)) else {}),
+            **({"batch": batch} if (batch := engine_batch(name, steps.code_engine)) else {}),
         })
     return out

@@ -91,14 +91,15 @@ def test_a_model_run_on_the_cpu_of_a_gpu_host_states_no_finding():
     assert report["validity"]["checks"] == []  # no launch call recorded: a CPU run, not a broken GPU recording
 
 
-@pytest.mark.parametrize("name,batch", [
-    ("b200-vllm-eager", {"prefill_requests": 1, "prefill_tokens": 888, "decode_requests": 0}),
-    ("mi300x-vllm-piecewise-graph-replay", {"prefill_requests": 9, "prefill_tokens": 8155, "decode_requests": 37,
-                                             "decode_tokens": 37}),
-    ("mi300x-sglang-qwen3-prefill-decode", {"prefill_requests": 15, "prefill_tokens": 15360})])
-def test_engine_step_annotations_are_steps_with_their_batch(name, batch):
-    """vLLM's `execute_...context_<n>(<tokens>...)_generation_<n>(...)` and SGLang's `step[EXTEND bs= toks=]` are
-    the engines' steps: one per outermost annotation in these traces, with the batch the name states."""
+@pytest.mark.parametrize("name,engine,batch", [
+    ("b200-vllm-eager", "vLLM", {"prefill_requests": 1, "prefill_tokens": 888, "decode_requests": 0}),
+    ("mi300x-vllm-piecewise-graph-replay", "vLLM", {"prefill_requests": 9, "prefill_tokens": 8155,
+                                                     "decode_requests": 37, "decode_tokens": 37}),
+    ("mi300x-sglang-qwen3-prefill-decode", "SGLang", {"prefill_requests": 15, "prefill_tokens": 15360})])
+def test_engine_step_annotations_are_steps_with_their_batch(name, engine, batch):
+    """vLLM's `execute_...context_<n>(<tokens>...)_generation_<n>(...)` are the engines' steps: one per outermost
+    annotation in these traces, with the batch the name states. SGLang writes its steps in the same format: the
+    engine is the one whose code ran (the SGLang trace's frames are under sglang/)."""
     path = trace(name)
     outer = spans(path, r"^execute_(\d+_)?context_\d+\(")
     report = report_of(path)
@@ -106,9 +107,10 @@ def test_engine_step_annotations_are_steps_with_their_batch(name, batch):
     assert len(steps) == len(outer) == 1
     assert "engine step annotations" in report["gaps"]["step_source"]
     assert {k: steps[0]["batch"][k] for k in batch} == batch
-    engine = report["serving"]["engine"]
-    assert report["serving"]["is_serving"] and engine["steps"] == 1
-    (phase,) = engine["by_phase"].values()
+    served = report["serving"]["engine"]
+    assert report["serving"]["is_serving"] and served["steps"] == 1 and served["engine"] == engine.lower()
+    (phase,) = served["by_phase"].values()
     assert phase["prefill_tokens"] == batch["prefill_tokens"]
     assert phase["busy_us"] == pytest.approx(steps[0]["busy_us"], abs=0.01)
-    assert "own annotations" in api.render(report)["report.md"]
+    assert f"Engine steps from {engine}'s own annotations" in api.render(report)["report.md"]
+    assert report["gaps"]["step_source"] == f"{engine.lower()} engine step annotations"
