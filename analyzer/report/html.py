@@ -206,7 +206,8 @@ def _launch_tables(report: dict) -> str:
         ["GPU busy per step", fmt_us(cg.get("gpu_busy_per_step_us"))],
         ["profiled step", fmt_us(cg.get("profiled_step_us"))],
         ["eager step", f"{fmt_us(cg.get('eager_step_us'))} ({esc(cg.get('eager_step_source'))})"],
-        ["estimated CUDA-graph step", fmt_us(cg.get("estimated_graph_step_us"))],
+        ["estimated CUDA-graph step", fmt_us(cg.get("estimated_graph_step_us"))
+         + (f" ({esc(cg['graph_step_basis'])})" if cg.get("graph_step_basis") else "")],
         ["estimated speedup", fmt_factor(cg.get("estimated_speedup"))],
         ["recoverable per step", fmt_us(cg.get("recoverable_us_per_step"))],
     ]

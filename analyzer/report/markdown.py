@@ -312,9 +312,10 @@ def _gap_details(report: dict) -> list[str]:
                  f"their own launch call."]
     graph = gaps.get("cuda_graph_estimate")
     if graph:
+        basis = f" ({graph['graph_step_basis']})" if graph.get("graph_step_basis") else ""
         line = (f"CUDA-graph estimate: GPU busy {fmt_us(graph['gpu_busy_per_step_us'])} per step vs eager step "
-                f"{fmt_us(graph['eager_step_us'])} ({graph['eager_step_source']}): about "
-                f"{graph['estimated_speedup']}x")
+                f"{fmt_us(graph['eager_step_us'])} ({graph['eager_step_source']}); as a graph "
+                f"{fmt_us(graph['estimated_graph_step_us'])}{basis}: about {graph['estimated_speedup']}x")
         if graph.get("measured"):
             m = graph["measured"]
             line += (f"; measured by the capture: eager {fmt_us(m['eager_step_us'])} vs graph "
