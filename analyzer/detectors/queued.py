@@ -47,9 +47,15 @@ WAIT_ADVICE = {
                   "with independent work, or move the wait later, just before the result is needed.",
     "host_callback": "Host callbacks serialize the stream behind the host: move them off the stream.",
     "pageable_copy": "Pin the source (.pin_memory()) and copy with non_blocking=True.",
-    "device_latency": "Fewer, larger kernels (fusion, CUDA graphs) shrink it.",
+    "device_latency": "Fewer, larger kernels ({how}) shrink it.",
     "unseen_wait": "Profile the other ranks or processes (analyze-many) to see what it waited for.",
 }
+
+
+def wait_advice(ctx: AnalysisContext, reason: str) -> str:
+    """WAIT_ADVICE for this trace: graphs are no advice to a run that already replays them."""
+    how = "fusion" if ctx.traits.graphs.replayed else f"fusion, {ctx.traits.graph_word}s"
+    return WAIT_ADVICE[reason].format(how=how)
 
 
 def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
@@ -67,7 +73,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
         title=f"GPU idle between work that was already queued ({plural(n, 'gap')}, mean {fmt_fine_us(impact / n)})",
         call_site=None, impact_us=impact, count=n, id="queued",
         advice="Nothing on the CPU delayed these: the next work had been launched before the GPU ran dry. By what "
-               f"it waited for: {parts}. " + " ".join(WAIT_ADVICE[w["reason"]] for w in waits[:3]),
+               f"it waited for: {parts}. " + " ".join(wait_advice(ctx, w["reason"]) for w in waits[:3]),
         detail={"before_window_us": next((w["idle_us"] for w in waits if w["reason"] == "before_window"), 0.0),
                 "waits": waits},
         occurrences_us=tuple((us(idle.start_ns[i]), us(idle.end_ns[i])) for i in worst.tolist()))
@@ -76,7 +82,7 @@ def _queued_finding(ctx: AnalysisContext, window_us: float) -> list[Finding]:
         title=f"of which {share_text(w['idle_us'], impact)} {WAIT_SHORT[w['reason']]}"
               + (f", after {w['example']}" if w.get("example") else ""),
         call_site=None, impact_us=w["idle_us"], count=w["count"], id=f"queued.{w['reason']}", parent="queued",
-        advice=WAIT_ADVICE[w["reason"]], detail={"reason": w["reason"], "example": w.get("example")},
+        advice=wait_advice(ctx, w["reason"]), detail={"reason": w["reason"], "example": w.get("example")},
         occurrences_us=tuple(tuple(o) for o in w["occurrences"]))
         for w in waits if len(waits) > 1 and w["idle_us"] >= CHILD_SHARE * impact]
     return [parent, *children]

@@ -81,6 +81,8 @@ def test_reduce_overhead_replays_one_graph_per_step(reports):
     assert report["gaps"]["cuda_graph_estimate"] is None
     advice = top_level(report, "launch_gap")[0]["advice"]
     assert "already replays CUDA graphs" in advice and "Capture the" not in advice
+    queued = [f for f in report["findings"] if f["kind"] == "queued"]
+    assert queued and all("CUDA graphs)" not in f["advice"] for f in queued)  # no graph advice to a graph run
 
 
 def test_graph_backlog_stays_with_the_step_that_launched_it(reports):
