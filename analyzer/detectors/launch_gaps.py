@@ -90,7 +90,12 @@ def _top(ctx: AnalysisContext, top_n: int) -> list[dict]:
     rt = model.runtime
     biggest = np.argsort(-idle.duration_ns, kind="stable")[:top_n]
     steps = ctx.steps
-    step_of = steps.index_at(idle.start_ns[biggest]) if len(steps) else np.full(len(biggest), -1)
+    # the step that launched the awaited work, as the per-step table counts it; else the step at the gap's start
+    step_of = np.full(len(biggest), -1)
+    if len(steps):
+        launch = ctx.gaps.launch[idle.gap[biggest]]
+        step_of = np.where(launch >= 0, steps.index_at(rt.start_ns[np.maximum(launch, 0)]) if len(rt) else -1,
+                           steps.index_at(idle.start_ns[biggest]))
     keys = piece_site_keys(ctx, biggest)
     out = []
     for i, k, key in zip(biggest.tolist(), step_of.tolist(), keys.tolist()):

@@ -252,13 +252,17 @@ def _allocator_tables(report: dict) -> str:
     a = report.get("allocator") or {}
     names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
     growth, drops = a.get("reserved_growth") or {}, a.get("reserved_drops") or {}
-    rows = [["reserved peak", fmt_bytes(a.get("reserved_peak_bytes"))],
-            ["allocated peak", fmt_bytes(a.get("allocated_peak_bytes"))],
+    memory = (report.get("trace") or {}).get("has_memory_events", True)
+    unknown = "not known: the trace records no memory events (profile_memory=True)"
+    rows = [["reserved peak", fmt_bytes(a.get("reserved_peak_bytes")) if memory else unknown],
+            ["allocated peak", fmt_bytes(a.get("allocated_peak_bytes")) if memory else unknown],
             [f"{names['malloc']} / {names['free']}", f"{esc(a.get('cuda_malloc'))} / {esc(a.get('cuda_free'))}"
                                                       f" ({esc(a.get('warmup_calls'))} first allocations)"],
-            ["allocations (cache hit share)", f"{esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"],
+            ["allocations (cache hit share)", f"{esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"
+             if memory else unknown],
             ["reserved grew / dropped", f"{esc(growth.get('count'))}× {fmt_bytes(growth.get('bytes'))} / "
-                                        f"{esc(drops.get('count'))}× {fmt_bytes(drops.get('bytes'))}"],
+                                        f"{esc(drops.get('count'))}× {fmt_bytes(drops.get('bytes'))}"
+             if memory else unknown],
             ["GPU idle attributed to the allocator", fmt_us(a.get("gpu_idle_us"))],
             ["OOM events", esc(a.get("oom_events"))]]
     delta = a.get("memory_stats_delta")

@@ -335,18 +335,24 @@ def _sync_details(report: dict) -> list[str]:
     for s in sites[:20]:
         for line in s.get("source_lines", []):
             body.append(f"\n`{line['file']}:{line['line']}`: `{cell(line['code'])}`")
-    return _details(f"Host syncs: {sum(s['count'] for s in sites)} blocking calls at {len(sites)} call sites", body)
+    return _details(f"Host syncs: {plural(sum(s['count'] for s in sites), 'blocking call')} at "
+                    f"{plural(len(sites), 'call site')}", body)
 
 
 def _allocator_details(report: dict) -> list[str]:
     a = report["allocator"]
     names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
-    body = [f"Peak reserved {fmt_bytes(a['reserved_peak_bytes'])}, peak allocated "
-            f"{fmt_bytes(a['allocated_peak_bytes'])}; {a['cuda_malloc']} {names['malloc']} / {a['cuda_free']} "
-            f"{names['free']} ({a.get('warmup_calls', 0)} of them first allocations); "
-            f"{a['allocations']} allocations served, cache hit share {fmt_pct(a['cache_hit_share'])}; reserved "
-            f"grew {a['reserved_growth']['count']}x ({fmt_bytes(a['reserved_growth']['bytes'])}) and dropped "
-            f"{a['reserved_drops']['count']}x ({fmt_bytes(a['reserved_drops']['bytes'])})."]
+    calls = (f"{a['cuda_malloc']} {names['malloc']} / {a['cuda_free']} {names['free']} "
+             f"({a.get('warmup_calls', 0)} of them first allocations)")
+    if not report["trace"].get("has_memory_events", True):
+        body = [f"The trace records no memory events (torch.profiler's profile_memory=True adds them): reserved and "
+                f"allocated memory and the allocations the cache served are not known. {calls} recorded."]
+    else:
+        body = [f"Peak reserved {fmt_bytes(a['reserved_peak_bytes'])}, peak allocated "
+                f"{fmt_bytes(a['allocated_peak_bytes'])}; {calls}; "
+                f"{a['allocations']} allocations served, cache hit share {fmt_pct(a['cache_hit_share'])}; reserved "
+                f"grew {a['reserved_growth']['count']}x ({fmt_bytes(a['reserved_growth']['bytes'])}) and dropped "
+                f"{a['reserved_drops']['count']}x ({fmt_bytes(a['reserved_drops']['bytes'])})."]
     if a["sites"]:
         body += [""] + _table(["where (your code → library)", names["malloc"], names["free"], "call time",
                                "GPU idle", "steps"],

@@ -49,6 +49,12 @@ def test_per_step_split_adds_up(reports, name):
         assert sum(s["idle_by_cause_us"].values()) == pytest.approx(s["idle_us"], abs=0.01)
         # each step launched its own GPU work: its span starts after the step began on the CPU
         assert s["gpu_ts_us"] >= s["ts_us"] and s["busy_us"] <= s["gpu_span_us"] + 0.001
+    # the largest idle pieces name the step the per-step table charges them to (the one that launched the work
+    # they waited for), never one that holds less idle of that cause
+    by_name = {s["step"]: s for s in steps}
+    for g in report["gaps"]["top"]:
+        if g["step"] is not None:
+            assert by_name[g["step"]]["idle_by_cause_us"][g["cause"]] >= g["dur_us"] - 0.01
 
 
 def test_graph_replays_stay_in_the_step_that_launched_them(reports):
