@@ -12,7 +12,7 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.allocator_records import snapshot_findings, snapshot_section
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
-from analyzer.units import us
+from analyzer.units import plural, us
 from analyzer.views.frames import outermost_op
 from analyzer.views.idle import ALLOCATOR
 from analyzer.views.onetime import NONE
@@ -83,7 +83,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     idle = ctx.idle
     for i in np.flatnonzero(idle.cause == ALLOCATOR).tolist():
         drained[int(idle.row[i])] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
-    warmup_calls = 0
+    warmup_calls = capture_calls = 0
     mem_cuda_ts = np.sort(mem.ts_ns[cuda])
     mem_cuda_reserved = mem.total_reserved[cuda][np.argsort(mem.ts_ns[cuda], kind="stable")]
     for r, key in zip(calls.tolist(), [int(k) for k in keys]):
@@ -91,8 +91,11 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         reserve = api in apis.ALLOC_RESERVE
         by_api[api]["count"] += 1
         by_api[api]["total_us"] += (rt.end_ns[r] - rt.start_ns[r]) / 1e3
-        warmup = ctx.one_time[r] != NONE
-        warmup_calls += warmup
+        first = ctx.one_time[r] != NONE
+        captured = bool(ctx.graphs.in_capture[r]) and not first  # a graph capture's own calls: one-time too
+        warmup = first or captured
+        warmup_calls += first
+        capture_calls += captured
         step = int(steps.index_at(int(rt.start_ns[r]))) if len(steps) else -1
         if step >= 0:
             per_step[steps.names[step]]["reserve_calls" if reserve else "release_calls"] += 1
@@ -127,6 +130,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     process = ctx.meta.get("profiled", "memory_stats_after", default={}) if ctx.meta else {}
     data = {
         "cuda_malloc": reserve_calls, "cuda_free": release_calls, "warmup_calls": int(warmup_calls),
+        "capture_calls": int(capture_calls),
         "api_names": {"malloc": ctx.traits.api("cudaMalloc"), "free": ctx.traits.api("cudaFree")},
         "by_api": {k: {"count": v["count"], "total_us": round(v["total_us"], 3)} for k, v in by_api.items()},
         "reserved_peak_bytes": max((p["reserved_peak_bytes"] for p in peaks.values()), default=0),
@@ -190,7 +194,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
     stats = data["memory_stats_delta"] or {}
     names = data["api_names"]
     rt = ctx.model.runtime
-    steady = np.flatnonzero((ctx.runtime_classes == apis.IS_ALLOC) & (ctx.one_time == NONE))
+    steady = np.flatnonzero((ctx.runtime_classes == apis.IS_ALLOC) & (ctx.one_time == NONE) & ~ctx.graphs.in_capture)
     reserve_codes = [c for c, n in enumerate(ctx.model.names) if n in apis.ALLOC_RESERVE]
     reserves = int(np.isin(rt.name[steady], reserve_codes).sum())
     releases = len(steady) - reserves
@@ -199,7 +203,10 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
                    data["sites"][0] if data["sites"] else None)
         in_steps = len({int(k) for k in steps.index_at(rt.start_ns[steady]).tolist() if k >= 0}) if len(steps) else 0
         where = f" in {in_steps} of {len(steps)} steps" if len(steps) > 1 else ""
-        warm = f", after {data['warmup_calls']} first allocations" if data["warmup_calls"] else ""
+        warm = " and ".join(part for part in (
+            plural(data["warmup_calls"], "first allocation") if data["warmup_calls"] else "",
+            plural(data["capture_calls"], "call") + " inside graph captures" if data["capture_calls"] else "") if part)
+        warm = f", after {warm}" if warm else ""
         conf = ctx.traits.alloc_conf
         if releases:
             dropped = f" (reserved dropped {data['reserved_drops']['count']}x)" if data["timeline"] else ""

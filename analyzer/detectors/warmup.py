@@ -81,7 +81,9 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
               "about the steady state and hide what does: run warm-up iterations before recording, e.g. "
               "torch.profiler.schedule(wait=1, warmup=2, active=N) or start the profiler after the first steps.")
     if ctx.graphs.captured:
-        advice += (f" {ctx.traits.graph_word} capture is start-up work too: profile a window where the captured "
+        setup = (" (torch.cuda.graph's synchronize and empty_cache before each capture, and the allocations inside "
+                 "it, are counted with it)" if ctx.graphs.captures_with_setup else "")
+        advice += (f" {ctx.traits.graph_word} capture is start-up work too{setup}: profile a window where the captured "
                    f"graphs are replayed.")
     advice += _specific_advice(ctx, data["breakdown"])
     return [Finding(

@@ -252,12 +252,14 @@ def _allocator_tables(report: dict) -> str:
     a = report.get("allocator") or {}
     names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
     growth, drops = a.get("reserved_growth") or {}, a.get("reserved_drops") or {}
-    memory = (report.get("trace") or {}).get("has_memory_events", True)
-    unknown = "not known: the trace records no memory events (profile_memory=True)"
+    memory = bool(a.get("devices", True))  # the GPUs whose memory events the trace records
+    unknown = "not known: the trace records no GPU memory events (profile_memory=True)"
     rows = [["reserved peak", fmt_bytes(a.get("reserved_peak_bytes")) if memory else unknown],
             ["allocated peak", fmt_bytes(a.get("allocated_peak_bytes")) if memory else unknown],
             [f"{names['malloc']} / {names['free']}", f"{esc(a.get('cuda_malloc'))} / {esc(a.get('cuda_free'))}"
-                                                      f" ({esc(a.get('warmup_calls'))} first allocations)"],
+                                                      f" ({esc(a.get('warmup_calls'))} first allocations"
+                                                      + (f", {esc(a['capture_calls'])} inside graph captures"
+                                                         if a.get("capture_calls") else "") + ")"],
             ["allocations (cache hit share)", f"{esc(a.get('allocations'))} ({fmt_pct(a.get('cache_hit_share'))})"
              if memory else unknown],
             ["reserved grew / dropped", f"{esc(growth.get('count'))}× {fmt_bytes(growth.get('bytes'))} / "

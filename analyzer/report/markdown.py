@@ -343,9 +343,12 @@ def _allocator_details(report: dict) -> list[str]:
     a = report["allocator"]
     names = a.get("api_names") or {"malloc": "cudaMalloc", "free": "cudaFree"}
     calls = (f"{a['cuda_malloc']} {names['malloc']} / {a['cuda_free']} {names['free']} "
-             f"({a.get('warmup_calls', 0)} of them first allocations)")
-    if not report["trace"].get("has_memory_events", True):
-        body = [f"The trace records no memory events (torch.profiler's profile_memory=True adds them): reserved and "
+             f"({a.get('warmup_calls', 0)} of them first allocations"
+             + (f", {a['capture_calls']} inside graph captures" if a.get("capture_calls") else "") + ")")
+    if not a.get("devices", True):
+        recorded = "no GPU memory events (the host's only)" if report["trace"].get("has_memory_events") \
+            else "no memory events"
+        body = [f"The trace records {recorded} (torch.profiler's profile_memory=True adds them): reserved and "
                 f"allocated memory and the allocations the cache served are not known. {calls} recorded."]
     else:
         body = [f"Peak reserved {fmt_bytes(a['reserved_peak_bytes'])}, peak allocated "

@@ -226,6 +226,7 @@ class AnalysisContext:
         rows = (classes == apis.IS_SYNC) | (classes == apis.IS_SYNC_COPY)
         rows[apis.blocking_copy_rows(self.model)] = True
         rows[self._inside_first_compiles(np.flatnonzero(rows))] = False
+        rows[self.graphs.in_capture] = False  # torch.cuda.graph's own synchronize: part of the one-time capture
         return rows
 
     def _inside_first_compiles(self, rows: np.ndarray) -> np.ndarray:

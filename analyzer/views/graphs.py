@@ -3,6 +3,7 @@ between Begin/EndCapture are recorded into a graph, not executed: they have no G
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -18,6 +19,12 @@ INSTANTIATE = frozenset({"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags"
                          "hipGraphInstantiate", "hipGraphInstantiateWithFlags", "hipGraphInstantiateWithParams"})
 
 
+# torch.cuda.graph's context manager: before a capture it synchronizes the device, collects garbage and empties the
+# allocator's cache; after it, ends the capture. Its set-up is the capture's cost, one-time like the capture.
+_GRAPH_ENTER = re.compile(r"torch/cuda/graphs\.py\(\d+\): __enter__$")
+_GRAPH_EXIT = re.compile(r"torch/cuda/graphs\.py\(\d+\): __exit__$")
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphUse:
     replays: int  # graph launch calls
@@ -29,6 +36,8 @@ class GraphUse:
     capture_ends_ns: np.ndarray
     capture_pid: np.ndarray
     capture_tid: np.ndarray
+    in_capture: np.ndarray  # per runtime row: made inside a capture region (its set-up and teardown included)
+    captures_with_setup: int  # captures whose region holds torch.cuda.graph's set-up (the trace has its frames)
 
     @property
     def replayed(self) -> bool:
@@ -57,13 +66,16 @@ def graph_use(model: TraceModel, classes: np.ndarray) -> GraphUse:
     replay_kernels = int(np.isin(model.gpu.launch, graph).sum()) if len(graph) else 0
     begins, ends = rows_named(BEGIN_CAPTURE), rows_named(END_CAPTURE)
     starts, stops, pids, tids = [], [], [], []
+    with_setup = 0
     if len(begins):
         begin_key, end_key = thread_keys([rt.pid[begins], rt.pid[ends]], [rt.tid[begins], rt.tid[ends]])
         for b, key in zip(begins.tolist(), begin_key.tolist()):
             later = ends[(end_key == key) & (rt.start_ns[ends] >= rt.start_ns[b])]
             stop = int(rt.end_ns[later[0]]) if len(later) else int(rt.end_ns.max())
-            starts.append(int(rt.start_ns[b]))
-            stops.append(stop)
+            start = int(rt.start_ns[b])
+            starts.append(_enclosing(model, _GRAPH_ENTER, start, start, rt.pid[b], rt.tid[b], start, min))
+            stops.append(_enclosing(model, _GRAPH_EXIT, stop, stop, rt.pid[b], rt.tid[b], stop, max))
+            with_setup += starts[-1] < start
             pids.append(int(rt.pid[b]))
             tids.append(int(rt.tid[b]))
     capture_s, capture_e = np.asarray(starts, np.int64), np.asarray(stops, np.int64)
@@ -74,4 +86,18 @@ def graph_use(model: TraceModel, classes: np.ndarray) -> GraphUse:
     captured = int((launches & in_capture & (rt.gpu < 0)).sum())
     eager = int((launches & (rt.gpu >= 0)).sum())
     return GraphUse(int(len(graph)), replay_kernels, eager, len(starts), captured, capture_s, capture_e,
-                    capture_pid, capture_tid)
+                    capture_pid, capture_tid, in_capture, with_setup)
+
+
+def _enclosing(model: TraceModel, pattern: re.Pattern, lo: int, hi: int, pid, tid, default: int, pick) -> int:
+    """The start (pick=min) or end (pick=max) of the Python frame matching pattern that encloses [lo, hi] on the
+    thread, else default."""
+    fr, names = model.frames, model.names
+    codes = [c for c, n in enumerate(names) if pattern.search(n)] if len(fr) else []
+    if not codes:
+        return default
+    mine = np.flatnonzero(np.isin(fr.name, codes) & (fr.pid == pid) & (fr.tid == tid)
+                          & (fr.start_ns <= lo) & (fr.end_ns >= hi))
+    if not len(mine):
+        return default
+    return int(pick(fr.start_ns[mine].min(), default)) if pick is min else int(pick(fr.end_ns[mine].max(), default))

@@ -197,7 +197,8 @@ def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, input_ops: n
         frame_layer(PROFILER, waits.matching_frames(model, PROFILER_FRAME)),
         calls(PROFILER, tool),
         calls(SYNC, blocking & ~tool),
-        calls(ALLOCATOR, memory & (one_time == 0) & ~tool),
+        # a graph capture's own allocations (torch.cuda.graph empties the cache, its private pool) are the capture's
+        calls(ALLOCATOR, memory & (one_time == 0) & ~tool & ~graphs.in_capture),
         calls(WARMUP, (one_time > 0) & ~tool),
         _Layer(WARMUP, capture_key, graphs.capture_starts_ns, graphs.capture_ends_ns, none(graphs.captures),
                none(graphs.captures), none(graphs.captures)),
