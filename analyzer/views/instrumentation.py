@@ -15,11 +15,16 @@ PROFILER_FRAME = re.compile(r"(^|/)torch/(profiler|autograd/profiler)")
 _HARNESS_FUNCTION = re.compile(r"profil", re.IGNORECASE)
 
 
+_DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize"})
+
+
 def instrumentation_rows(model: TraceModel, frames: FrameIndex, classes: np.ndarray) -> np.ndarray:
-    """Per runtime row: made by this tool's capture code, or an explicit synchronize (outside any op) issued by a
-    function whose name says it runs the profiler (`run_torch_profiler`, `profile_step`)."""
+    """Per runtime row: made by this tool's capture code, an explicit synchronize (outside any op) issued by a
+    function whose name says it runs the profiler (`run_torch_profiler`, `profile_step`), or the profiler's own
+    stop (profiler_stop_sync)."""
     rt = model.runtime
     out = np.zeros(len(rt), bool)
+    out[profiler_stop_sync(model)] = True
     has_frame = rt.frame >= 0
     if not has_frame.any():
         return out
@@ -35,3 +40,19 @@ def instrumentation_rows(model: TraceModel, frames: FrameIndex, classes: np.ndar
         if parsed and _HARNESS_FUNCTION.search(parsed[2]):
             out |= explicit & (model.frames.name[np.maximum(user, 0)] == code)
     return out
+
+
+def profiler_stop_sync(model: TraceModel) -> np.ndarray:
+    """The runtime rows of the profiler's stop: torch.profiler synchronizes the device as it stops recording
+    (profile.__exit__), the last runtime call of its thread, outside any op and with no op after it. With Python
+    stacks its frame names the profiler already; without, only its place says so."""
+    rt, ops, names = model.runtime, model.ops, model.names
+    codes = [c for c, n in enumerate(names) if n in _DEVICE_SYNC]
+    rows = np.flatnonzero(np.isin(rt.name, codes) & (rt.op < 0) & (rt.frame < 0)) if codes and len(rt) else []
+    out = []
+    for r in rows:
+        mine = (rt.pid == rt.pid[r]) & (rt.tid == rt.tid[r])
+        later_ops = (ops.pid == rt.pid[r]) & (ops.tid == rt.tid[r]) & (ops.start_ns >= rt.end_ns[r])
+        if not (mine & (rt.start_ns > rt.start_ns[r])).any() and not later_ops.any():
+            out.append(int(r))
+    return np.asarray(out, np.int64)
