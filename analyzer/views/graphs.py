@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
@@ -68,13 +69,14 @@ def graph_use(model: TraceModel, classes: np.ndarray) -> GraphUse:
     starts, stops, pids, tids = [], [], [], []
     with_setup = 0
     if len(begins):
+        enter, leave = _setup_frames(model)
         begin_key, end_key = thread_keys([rt.pid[begins], rt.pid[ends]], [rt.tid[begins], rt.tid[ends]])
         for b, key in zip(begins.tolist(), begin_key.tolist()):
             later = ends[(end_key == key) & (rt.start_ns[ends] >= rt.start_ns[b])]
             stop = int(rt.end_ns[later[0]]) if len(later) else int(rt.end_ns.max())
             start = int(rt.start_ns[b])
-            starts.append(_enclosing(model, _GRAPH_ENTER, start, start, rt.pid[b], rt.tid[b], start, min))
-            stops.append(_enclosing(model, _GRAPH_EXIT, stop, stop, rt.pid[b], rt.tid[b], stop, max))
+            starts.append(_enclosing(model, enter, start, rt.pid[b], rt.tid[b], min))
+            stops.append(_enclosing(model, leave, stop, rt.pid[b], rt.tid[b], max))
             with_setup += starts[-1] < start
             pids.append(int(rt.pid[b]))
             tids.append(int(rt.tid[b]))
@@ -89,15 +91,21 @@ def graph_use(model: TraceModel, classes: np.ndarray) -> GraphUse:
                     capture_pid, capture_tid, in_capture, with_setup)
 
 
-def _enclosing(model: TraceModel, pattern: re.Pattern, lo: int, hi: int, pid, tid, default: int, pick) -> int:
-    """The start (pick=min) or end (pick=max) of the Python frame matching pattern that encloses [lo, hi] on the
-    thread, else default."""
+def _setup_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray]:
+    """The frame rows of torch.cuda.graph's __enter__ and of its __exit__."""
     fr, names = model.frames, model.names
-    codes = [c for c, n in enumerate(names) if pattern.search(n)] if len(fr) else []
-    if not codes:
-        return default
-    mine = np.flatnonzero(np.isin(fr.name, codes) & (fr.pid == pid) & (fr.tid == tid)
-                          & (fr.start_ns <= lo) & (fr.end_ns >= hi))
+    if not len(fr):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    codes = distinct(fr.name)
+    enter = [c for c in codes.tolist() if _GRAPH_ENTER.search(names[c])]
+    leave = [c for c in codes.tolist() if _GRAPH_EXIT.search(names[c])]
+    return np.flatnonzero(np.isin(fr.name, enter)), np.flatnonzero(np.isin(fr.name, leave))
+
+
+def _enclosing(model: TraceModel, rows: np.ndarray, t: int, pid, tid, pick) -> int:
+    """The start (pick=min) or end (pick=max) of the frame among rows that encloses t on the thread, else t."""
+    fr = model.frames
+    mine = rows[(fr.pid[rows] == pid) & (fr.tid[rows] == tid) & (fr.start_ns[rows] <= t) & (fr.end_ns[rows] >= t)]
     if not len(mine):
-        return default
-    return int(pick(fr.start_ns[mine].min(), default)) if pick is min else int(pick(fr.end_ns[mine].max(), default))
+        return t
+    return int(min(fr.start_ns[mine].min(), t)) if pick is min else int(max(fr.end_ns[mine].max(), t))

@@ -10,6 +10,7 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.views.frames import FrameIndex, FrameKind, parse_frame
 from analyzer.trace import TraceModel
+from analyzer.trace.joins import thread_keys
 
 PROFILER_FRAME = re.compile(r"(^|/)torch/(profiler|autograd/profiler)")
 _HARNESS_FUNCTION = re.compile(r"profil", re.IGNORECASE)
@@ -48,11 +49,12 @@ def profiler_stop_sync(model: TraceModel) -> np.ndarray:
     stacks its frame names the profiler already; without, only its place says so."""
     rt, ops, names = model.runtime, model.ops, model.names
     codes = [c for c, n in enumerate(names) if n in _DEVICE_SYNC]
-    rows = np.flatnonzero(np.isin(rt.name, codes) & (rt.op < 0) & (rt.frame < 0)) if codes and len(rt) else []
-    out = []
-    for r in rows:
-        mine = (rt.pid == rt.pid[r]) & (rt.tid == rt.tid[r])
-        later_ops = (ops.pid == rt.pid[r]) & (ops.tid == rt.tid[r]) & (ops.start_ns >= rt.end_ns[r])
-        if not (mine & (rt.start_ns > rt.start_ns[r])).any() and not later_ops.any():
-            out.append(int(r))
-    return np.asarray(out, np.int64)
+    if not codes or not len(rt):
+        return np.zeros(0, np.int64)
+    rt_key, op_key = thread_keys([rt.pid, ops.pid], [rt.tid, ops.tid])
+    threads, thread_of = np.unique(rt_key, return_inverse=True)
+    last = np.full(len(threads), -1, np.int64)  # each thread's last runtime call (the latest start)
+    np.maximum.at(last, thread_of, rt.start_ns)
+    rows = np.flatnonzero(np.isin(rt.name, codes) & (rt.op < 0) & (rt.frame < 0) & (rt.start_ns == last[thread_of]))
+    return np.asarray([r for r in rows.tolist()
+                       if not ((op_key == rt_key[r]) & (ops.start_ns >= rt.end_ns[r])).any()], np.int64)
