@@ -119,6 +119,26 @@ def test_prediction_is_within_the_measured_noise_band_or_25_percent(path):
         assert row["verdict"] in ("within", "too noisy to check"), row
 
 
+def test_a_replaced_pair_keeps_its_row_beside_its_recapture():
+    """--freeze prices the old capture before it is deleted; the table puts that row beside the recapture's, under
+    the same name in the new folder (here a fixture stands for both, under a stand-in folder)."""
+    bench = what_if_bench()
+    run = HERE / "fixtures" / "h100_whatif" / "item_sync"
+    row = bench.row_for(run)
+    frozen = bench.freeze("recaptured", [run], {})
+    entry = frozen["recaptured/item_sync"]
+    assert entry["from"] == "h100_whatif/item_sync" and entry["rounds"] == row["rounds"] == 12
+    assert entry["predicted_ms"] == pytest.approx(row["predicted_ms"], abs=1e-4)
+    assert entry["band_ms"] == pytest.approx(list(row["band_ms"]), abs=1e-4)
+    new = dict(row, run="recaptured/item_sync")
+    lines = bench.table([new, row], frozen).splitlines()
+    assert lines[0].endswith("| earlier capture: predicted, measured (band), rounds, verdict |")
+    assert lines[2].endswith(f"| `h100_whatif/item_sync`: {entry['predicted_ms']:.2f}, {entry['measured_ms']:.2f} "
+                             f"({entry['band_ms'][0]:.2f} … {entry['band_ms'][1]:.2f}), 12, {entry['verdict']} |")
+    assert lines[3].endswith("| – |")
+    assert "earlier capture" not in bench.table([row], {})  # no column where no row has an earlier capture
+
+
 def test_serving_pair_predicts_the_session_the_fixed_engine_serves():
     """serve (the loop parks 1 ms in asyncio.sleep between steps) against serve_no_sleep, two captures of the same
     traffic on the H200: the event-loop finding's saving per engine step times the steps of a session, against the
