@@ -10,9 +10,8 @@ import numpy as np
 from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
-from analyzer.units import us
+from analyzer.units import fmt_us, plural, us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, HOST_COMPUTE, INPUT_WAIT
-from analyzer.units import plural
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.sites import describe_site, piece_site_keys
 from analyzer.views.waits import present_codes
@@ -178,7 +177,7 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
         kept = float(np.median([s["idle_us"] for s in repeated])) - freed
         graph_us = max(busy, eager_us - freed)
         basis = "the step's launch and queued gaps taken out" + (
-            f"; its other {kept / 1e3:.2f} ms of idle (syncs, waits) kept" if kept >= 1.0 else "")
+            f"; its other {fmt_us(kept)} of idle kept ({_kept_causes(repeated)})" if kept >= 1.0 else "")
     est = {
         "steps_used": len(repeated), "gpu_busy_per_step_us": round(busy, 3),
         "profiled_step_us": round(period, 3), "eager_step_us": round(eager_us, 3),
@@ -193,6 +192,16 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
                            "cuda_graph_step_us": round(mc["cuda_graph_step_ms"] * 1e3, 3),
                            "speedup": round(mc["eager_over_graph"], 2)}
     return est
+
+
+def _kept_causes(steps: list[dict]) -> str:
+    """The step idle a graph keeps, by cause, largest first (a mean over the steps): what the estimate leaves in."""
+    total: dict[str, float] = {}
+    for s in steps:
+        for cause, v in s["idle_by_cause_us"].items():
+            if cause not in ("cpu_launch", "queued") and v:
+                total[cause] = total.get(cause, 0.0) + v / len(steps)
+    return ", ".join(f"{cause} {fmt_us(v)}" for cause, v in sorted(total.items(), key=lambda kv: -kv[1])[:4])
 
 
 def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict], share: float,
