@@ -42,6 +42,9 @@ ADVICE = {
                      "needed, use CUDA events or stream waits instead.",
     "other": "A call here blocks the CPU until the GPU finishes. Move it out of the step or make it asynchronous.",
 }
+IDLE_FREE = (" In this window it cost no GPU idle time: the GPU kept running work queued after what the call waited "
+             "for, or had nothing left before the call (that idle is another finding's). It costs when the GPU runs "
+             "its queue dry while the CPU waits.")
 UNRECORDED_WAIT_ADVICE = (
     "{idle} of the GPU idle in these {api} calls began with nothing left running on the GPU and lasted far longer "
     "than the GPU work the calls issued: they waited for something this trace does not show (another process's work "
@@ -335,7 +338,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
             call_site=s["call_site"], library_site=s["library_site"],
             impact_us=s["drain_us"], count=s["count"],
             advice=(UNRECORDED_WAIT_ADVICE.format(idle=fmt_us(s["unrecorded_wait_us"]), api=s["api"]) if unrecorded
-                    else "") + ADVICE[s["kind"]], id=f"sync.{k}",
+                    else "") + ADVICE[s["kind"]] + (IDLE_FREE if s["drain_us"] <= 0 else ""), id=f"sync.{k}",
             detail={"kind": s["kind"], "api": s["api"], "op": s["op"], "wait_us": s["wait_us"],
                     "unrecorded_wait_us": s["unrecorded_wait_us"],
                     "context": s["context"], "source_lines": s["source_lines"], "site": s["site"]},

@@ -200,3 +200,16 @@ def test_the_profilers_stop_synchronize_is_the_measurements_not_a_finding(name):
     report = report_of(path)
     assert [s["kind"] for s in report["syncs"] if s["api"] == "cudaDeviceSynchronize"] == ["profiler"]
     assert not [f for f in report["findings"] if f["kind"] == "sync" and f["detail"]["api"] == "cudaDeviceSynchronize"]
+
+
+def test_a_sync_that_idled_the_gpu_for_nothing_says_so():
+    """vLLM's synchronize_input_prep() blocks on an event while the replayed graphs keep the GPU busy: the finding
+    says it cost no GPU idle in this window instead of only 'remove it from the hot loop'."""
+    replay = EXTERNAL / "mi300x-vllm-piecewise-graph-replay.json.gz"
+    sglang = EXTERNAL / "mi300x-sglang-qwen3-prefill-decode.json.gz"
+    if not (replay.is_file() and sglang.is_file()):
+        pytest.skip(f"{EXTERNAL} not present")
+    (free,) = [f for f in report_of(replay)["findings"] if f["kind"] == "sync"]
+    assert free["impact_us"] == 0 and "cost no GPU idle time" in free["advice"]
+    costly = [f for f in report_of(sglang)["findings"] if f["kind"] == "sync"]
+    assert costly and all(f["impact_us"] > 0 and "cost no GPU idle time" not in f["advice"] for f in costly)
