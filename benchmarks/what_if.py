@@ -22,16 +22,15 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from analyzer import api  # noqa: E402
+from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
 PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing",
@@ -184,13 +183,6 @@ def earlier_rows() -> dict:
     return json.loads(EARLIER.read_text()) if EARLIER.exists() else {}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
@@ -201,7 +193,7 @@ def main(argv: list[str]) -> int:
             print("usage: what_if.py --freeze NEW_FOLDER RUN_DIR ...", file=sys.stderr)
             return 2
         frozen = freeze(argv[1], [Path(a) for a in argv[2:]], earlier_rows())
-        _write_atomic(EARLIER, json.dumps(frozen, indent=1) + "\n")
+        write_json_atomic(EARLIER, frozen)
         return 0
     runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS
                                        for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]

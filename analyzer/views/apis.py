@@ -19,6 +19,8 @@ SYNC = frozenset({
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
 })
+# The synchronizes that wait for the whole device.
+DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize"})
 # Copies that are synchronous by API (not the *Async variants).
 SYNC_COPY = frozenset({
     "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemcpyPeer",

@@ -69,14 +69,14 @@ def graph_use(model: TraceModel, classes: np.ndarray) -> GraphUse:
     starts, stops, pids, tids = [], [], [], []
     with_setup = 0
     if len(begins):
-        enter, leave = _setup_frames(model)
+        fr, (enter, leave) = model.frames, _setup_frames(model)
         begin_key, end_key = thread_keys([rt.pid[begins], rt.pid[ends]], [rt.tid[begins], rt.tid[ends]])
         for b, key in zip(begins.tolist(), begin_key.tolist()):
             later = ends[(end_key == key) & (rt.start_ns[ends] >= rt.start_ns[b])]
             stop = int(rt.end_ns[later[0]]) if len(later) else int(rt.end_ns.max())
             start = int(rt.start_ns[b])
-            starts.append(_enclosing(model, enter, start, rt.pid[b], rt.tid[b], min))
-            stops.append(_enclosing(model, leave, stop, rt.pid[b], rt.tid[b], max))
+            starts.append(min([start, *_enclosing(model, enter, start, rt.pid[b], rt.tid[b], fr.start_ns)]))
+            stops.append(max([stop, *_enclosing(model, leave, stop, rt.pid[b], rt.tid[b], fr.end_ns)]))
             with_setup += starts[-1] < start
             pids.append(int(rt.pid[b]))
             tids.append(int(rt.tid[b]))
@@ -102,10 +102,8 @@ def _setup_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(np.isin(fr.name, enter)), np.flatnonzero(np.isin(fr.name, leave))
 
 
-def _enclosing(model: TraceModel, rows: np.ndarray, t: int, pid, tid, pick) -> int:
-    """The start (pick=min) or end (pick=max) of the frame among rows that encloses t on the thread, else t."""
+def _enclosing(model: TraceModel, rows: np.ndarray, t: int, pid, tid, column: np.ndarray) -> list[int]:
+    """column's values (a start or an end) of the frames among rows that enclose time t on the thread."""
     fr = model.frames
     mine = rows[(fr.pid[rows] == pid) & (fr.tid[rows] == tid) & (fr.start_ns[rows] <= t) & (fr.end_ns[rows] >= t)]
-    if not len(mine):
-        return t
-    return int(min(fr.start_ns[mine].min(), t)) if pick is min else int(max(fr.end_ns[mine].max(), t))
+    return column[mine].tolist()

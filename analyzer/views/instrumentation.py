@@ -16,8 +16,6 @@ PROFILER_FRAME = re.compile(r"(^|/)torch/(profiler|autograd/profiler)")
 _HARNESS_FUNCTION = re.compile(r"profil", re.IGNORECASE)
 
 
-_DEVICE_SYNC = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize"})
-
 
 def instrumentation_rows(model: TraceModel, frames: FrameIndex, classes: np.ndarray) -> np.ndarray:
     """Per runtime row: made by this tool's capture code, an explicit synchronize (outside any op) issued by a
@@ -48,7 +46,7 @@ def profiler_stop_sync(model: TraceModel) -> np.ndarray:
     (profile.__exit__), the last runtime call of its thread, outside any op and with no op after it. With Python
     stacks its frame names the profiler already; without, only its place says so."""
     rt, ops, names = model.runtime, model.ops, model.names
-    codes = [c for c, n in enumerate(names) if n in _DEVICE_SYNC]
+    codes = [c for c, n in enumerate(names) if n in apis.DEVICE_SYNC]
     if not codes or not len(rt):
         return np.zeros(0, np.int64)
     rt_key, op_key = thread_keys([rt.pid, ops.pid], [rt.tid, ops.tid])
