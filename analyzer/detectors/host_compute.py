@@ -12,6 +12,7 @@ from analyzer.views.sites import describe_site, site_keys
 from analyzer.views.whatif import pieces_fix
 
 MAX_GROUPS = 5
+RANDOM_OPS = frozenset({"aten::randn", "aten::rand", "aten::randint", "aten::randperm"})  # factories with device=
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:
@@ -59,14 +60,24 @@ def _findings(ctx: AnalysisContext, groups: list[dict], fixes: list[np.ndarray])
         out.append(Finding(
             kind="host_compute", severity=severity_for(g["idle_us"], window_us),
             title=f"GPU idle {fmt_us(g['idle_us'])} while the CPU computed in {g['op']}{where} "
-                  f"({plural(g['count'], 'gap')}; no CUDA call in it: math on host tensors)",
+                  f"({plural(g['count'], 'gap')}; no {ctx.traits.runtime_word} call in it: math on host tensors)",
             call_site=g["call_site"], library_site=g["site"]["library_below"], impact_us=g["idle_us"],
             count=g["count"], id=f"host_compute.{k}",
-            advice=f"{g['op']} made no CUDA call (no launch, copy or allocation): it computed on host tensors while "
-                   f"nothing was queued on the GPU. Fewer launches or CUDA graphs cannot take this out. Keep the "
-                   f"tensors on the GPU (e.g. a KV cache or lookup table allocated on the device), queue the next GPU "
-                   f"work before this math so the two overlap, or batch a per-item loop of such ops into one.",
+            advice=_advice(ctx, g["op"]),
             detail={"op": g["op"], "site": g["site"]},
             occurrences_us=tuple(tuple(o) for o in g["occurrences"]),
             fix=pieces_fix(ctx, pieces, f"{g['op']}{where} moved to the GPU or overlapped with GPU work")))
     return out
+
+
+def _advice(ctx: AnalysisContext, op: str) -> str:
+    traits = ctx.traits
+    example = "a KV cache or lookup table allocated on the device" if traits.decode and not traits.training else \
+        "a lookup table or mask built on the device"
+    made = (f"{op} made no {traits.runtime_word} call (no launch, copy or allocation): it computed on host tensors "
+            f"while nothing was queued on the GPU. Fewer launches or {traits.graph_word}s cannot take this out.")
+    if op in RANDOM_OPS:
+        return (f"{made} Draw the random tensor on the GPU (torch.{op.split('::')[-1]}(..., device=...)) instead of "
+                f"on the host and copying it, or queue the next GPU work before it so the two overlap.")
+    return (f"{made} Keep the tensors on the GPU (e.g. {example}), queue the next GPU work before this math so the "
+            f"two overlap, or batch a per-item loop of such ops into one.")

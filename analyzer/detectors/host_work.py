@@ -10,7 +10,7 @@ import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
-from analyzer.units import us
+from analyzer.units import fmt_bytes, us
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
@@ -60,6 +60,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     bare: dict[int, bool] = {}  # the group's pieces have no recorded context at all (named by the next launch)
     during = ctx.host_during
     owner_of: dict[int, int] = {}
+    host_memory: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (piece, [memory] row) in untraced pieces
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
         key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
@@ -68,6 +69,8 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
         # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
         if d >= 0 and during.untraced[d] and key >> 60 != KIND_OP:
             untraced[key] += int(hi[i] - lo[i])
+            if during.host_memory[d] >= 0:
+                host_memory[key].append((piece, int(during.host_memory[d])))
         bare[key] = bare.get(key, True) and span is None
         if owner >= 0:
             owners[key].append((owner, int(lo[i]), int(hi[i])))
@@ -93,11 +96,25 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                      "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
                      "launch_site": describe_site(ctx, int(piece_site_keys(ctx, np.array([lead]))[0]))["label"],
                      "libraries": _library_children(ctx, owners.get(key, [])),
+                     "host_memory": _host_memory(ctx, host_memory.get(key, [])),
                      "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
                     Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
                         np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
+
+
+def _host_memory(ctx: AnalysisContext, found: list[tuple[int, int]]) -> dict | None:
+    """The largest host allocation or release recorded inside the group's untraced pieces (host_during): its size,
+    where in its piece it was recorded, and how many of the pieces hold one."""
+    if not found:
+        return None
+    mem, idle = ctx.model.memory, ctx.idle
+    piece, row = max(found, key=lambda f: abs(int(mem.bytes[f[1]])))
+    lo, hi, at = int(idle.start_ns[piece]), int(idle.end_ns[piece]), int(mem.ts_ns[row])
+    edge = (hi - lo) // 10
+    return {"bytes": int(mem.bytes[row]), "pieces": len(found), "at_us": us(at),
+            "where": "end" if at >= hi - edge else "start" if at <= lo + edge else "middle"}
 
 
 def _below(frames, row: int, ancestor: int) -> bool:
@@ -261,6 +278,31 @@ UNTRACED_ADVICE = (
     "thread ran.")
 
 
+HOST_RELEASE_ADVICE = (
+    "Releasing a large host tensor is the OS's work, outside every op: unmapping its pages, and for a batch that a "
+    "DataLoader worker process built, its shared-memory segment, which costs milliseconds (a 16.1 MiB batch: 5 to 9 "
+    "ms on a 2-core host, against microseconds for a tensor of that size the process allocated itself). The release "
+    "holds the GIL, so moving it to another thread (pin_memory=True's pin-memory thread releases the worker's batch) "
+    "still stalls the launching thread's Python. Drop the host tensor where the GPU has queued work to hide it: bind "
+    "the device copy to a new name (x_gpu = x.to(device)) and `del x` after the step's launches, or reuse one "
+    "preallocated host buffer. If gaps like these recur without a release, py-spy or Nsight Systems' CPU sampling "
+    "show what the thread ran.")
+
+
+def _host_release_text(h: dict) -> tuple[str, str]:
+    """The title's words and the advice's first sentence for a group whose untraced pieces hold a large host
+    tensor's release (the only op-level record inside them)."""
+    m = h["host_memory"]
+    where = {"end": "at the end of", "start": "at the start of", "middle": "inside"}[m["where"]]
+    share = "" if m["pieces"] == h["count"] else f" (in {m['pieces']} of {h['count']} gaps)"
+    size = fmt_bytes(-m["bytes"])
+    title = f", untraced but for the release of a {size} host tensor{share}"
+    first = (f"The profiler recorded no op, CUDA call or Python call in this time on the thread that launches the "
+             f"GPU work, only the [memory] event of a {size} host tensor's release ({where} the longest gap{share}): "
+             f"the thread most likely spent the time on that release (the event is written at one end of it). ")
+    return title, first
+
+
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
                         long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
     out = []
@@ -269,6 +311,10 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
         untraced = h["untraced_us"] * 2 >= h["idle_us"]
         if not untraced:
             what, advice = f"while the CPU ran {h['call_site']}", _host_work_advice(h["site"], graphs_replayed)
+        elif h["host_memory"] and h["host_memory"]["bytes"] < 0:
+            inner = f" → {h['innermost']}" if h.get("innermost") else ""
+            title, first = _host_release_text(h)
+            what, advice = f"inside {h['call_site']}{inner}{title}", first + HOST_RELEASE_ADVICE
         elif h["recorded_context"]:
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
             what = f"in untraced host time inside {h['call_site']}{inner} (nothing recorded under it)"
@@ -283,7 +329,7 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice=advice,
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
-                    "libraries": h["libraries"]},
+                    "libraries": h["libraries"], "host_memory": h["host_memory"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
         for j, lib in enumerate(libraries):
             out.append(Finding(

@@ -76,8 +76,9 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
     window_us = ctx.timeline.window_ns / 1e3
     what = ", ".join(f"{p['text']} {fmt_us(p['idle_us'])}" for p in data["breakdown"][:4])
     worst = sel[np.argsort(-idle.duration_ns[sel], kind="stable")[:8]]
+    libraries = "MIOpen/hipBLAS" if ctx.traits.hip else "cuDNN/cuBLAS"
     advice = ("These costs are paid once per process: context, stream and library-handle creation, module loading at "
-              "a kernel's first launch, cuDNN/cuBLAS set-up, the caching allocator filling up. They say nothing "
+              f"a kernel's first launch, {libraries} set-up, the caching allocator filling up. They say nothing "
               "about the steady state and hide what does: run warm-up iterations before recording, e.g. "
               "torch.profiler.schedule(wait=1, warmup=2, active=N) or start the profiler after the first steps.")
     if ctx.graphs.captured:
@@ -109,7 +110,10 @@ def _specific_advice(ctx: AnalysisContext, breakdown: list[dict]) -> str:
                 "inputs first, so Dynamo/Inductor/Triton's compile, or TorchScript's profiling runs and fusion on a "
                 "scripted function's first two calls, stay out of the window.")
     if any(p["kind"] == "first call" and p["api"] in LAUNCH_APIS for p in breakdown):
-        out += (" A kernel's first launch loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA "
+        out += (" A kernel's first launch loads its code object lazily (HIP_ENABLE_DEFERRED_LOADING=1, the "
+                "default): HIP_ENABLE_DEFERRED_LOADING=0 moves that to start-up, at some start-up time and memory."
+                if ctx.traits.hip else
+                " A kernel's first launch loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA "
                 "11.7): CUDA_MODULE_LOADING=EAGER moves that to start-up, at some start-up time and memory.")
     if "engine step annotations" in ctx.steps.source:
         out += " For a serving engine, send warm-up requests (each batch and prompt-length bucket) before profiling."

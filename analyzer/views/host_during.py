@@ -1,7 +1,10 @@
 """What the launching thread was doing during each long idle piece, read from what the trace recorded on it: the
 innermost Python frame, op and runtime call that span the whole piece (its context), and how much of the piece
 recorded events that ended inside it cover (its traced share). A piece with a low traced share is untraced host
-time: the interpreter's own bytecode, a JIT compiler, the GIL, the OS; the trace cannot say which.
+time: the interpreter's own bytecode, a JIT compiler, the GIL, the OS; the trace cannot say which, but for one record
+the profiler writes there (with profile_memory=True): the largest host tensor allocated or released on the thread inside
+the piece. Releasing a large host tensor is the OS's work (unmapping its pages; a DataLoader worker's batch lives in
+shared memory, whose release costs milliseconds) and runs outside every op.
 
 It also finds untraced time that a warmed-up process would not spend again, by what follows it:
 - the first launch in the window of a kernel built at run time (Triton / Inductor, TorchScript's fusers: named so by
@@ -29,6 +32,7 @@ from analyzer.views.timeline import merge_intervals
 
 LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
 TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
+HOST_MEMORY_BYTES = 1 << 20  # a host allocation or release this large can take the OS a millisecond
 RECURRING = 10
 COLD_SHARE = 0.5  # a step at least this share of whose CPU span the GPU sat idle on one-time costs is cold
 # kernels built at run time, by their builders' names: Triton / Inductor, TorchScript's NNC (`fused_*`), nvFuser
@@ -44,6 +48,7 @@ class HostDuring:
     call: np.ndarray  # runtime call spanning it, -1 none
     traced_share: np.ndarray  # share of the piece covered by events that ended inside it
     untraced: np.ndarray  # bool: untraced host time (below)
+    host_memory: np.ndarray  # the largest host (CPU) [memory] event on the thread inside the piece, -1 none
 
     def of(self, piece: int) -> int:
         """Position of an idle piece in these arrays, -1 if it is not described."""
@@ -60,12 +65,31 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
     if not len(pieces) or not len(rt):
         empty = np.zeros(0, np.int64)
-        return HostDuring(empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool))
+        return HostDuring(empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty)
     pid, tid = rt.pid[launch], rt.tid[launch]
     tables = (model.frames, model.ops, rt)
     frame, op, call = (_spanning(table, pid, tid, lo, hi) for table in tables)
     share = _covered_inside(tables, pid, tid, lo, hi) / np.maximum(hi - lo, 1)
-    return HostDuring(pieces, frame, op, call, share, _untraced(model, frame, op, call, share))
+    return HostDuring(pieces, frame, op, call, share, _untraced(model, frame, op, call, share),
+                      _largest_host_memory(model.memory, pid, tid, lo, hi))
+
+
+def _largest_host_memory(mem, pid, tid, lo, hi) -> np.ndarray:
+    """Per piece: the [memory] event of at least HOST_MEMORY_BYTES on the host (device type 0) with the largest size,
+    on the piece's thread inside [lo, hi], -1 none."""
+    out = np.full(len(lo), -1, np.int64)
+    big = np.flatnonzero((mem.device_type == 0) & (np.abs(mem.bytes) >= HOST_MEMORY_BYTES) & ~mem.is_oom) \
+        if len(mem) else np.zeros(0, np.int64)
+    if not len(big):
+        return out
+    big = big[np.argsort(mem.ts_ns[big], kind="stable")]
+    ts = mem.ts_ns[big]
+    for i in range(len(lo)):
+        rows = big[np.searchsorted(ts, lo[i], "left"):np.searchsorted(ts, hi[i], "right")]
+        rows = rows[(mem.pid[rows] == pid[i]) & (mem.tid[rows] == tid[i])]
+        if len(rows):
+            out[i] = rows[np.argmax(np.abs(mem.bytes[rows]))]
+    return out
 
 
 def _untraced(model: TraceModel, frame, op, call, share) -> np.ndarray:

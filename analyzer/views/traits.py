@@ -41,6 +41,10 @@ class TraceTraits:
     def graph_word(self) -> str:
         return "HIP graph" if self.hip else "CUDA graph"
 
+    @property
+    def runtime_word(self) -> str:
+        return "HIP" if self.hip else "CUDA"
+
     def api(self, cuda_name: str) -> str:
         """The API as this trace's runtime spells it (cudaMalloc -> hipMalloc on ROCm)."""
         return _HIP_NAMES.get(cuda_name, cuda_name) if self.hip else cuda_name
@@ -50,7 +54,7 @@ class TraceTraits:
         return "PYTORCH_HIP_ALLOC_CONF" if self.hip else "PYTORCH_CUDA_ALLOC_CONF"
 
     def as_dict(self) -> dict:
-        return {"training": self.training, "runtime": "HIP" if self.hip else "CUDA", "decode": self.decode,
+        return {"training": self.training, "runtime": self.runtime_word, "decode": self.decode,
                 "compiled": self.compiled, "graphs": self.graphs.as_dict()}
 
 

@@ -77,12 +77,32 @@ def test_the_warm_forward_has_no_one_time_costs():
     assert not any(f["kind"] in ("warmup", "host_work") for f in report["findings"])
 
 
-def test_untraced_time_inside_a_function_is_named_as_such():
+def test_untraced_time_that_holds_a_large_host_release_names_it():
     """The large-batch DataLoader loop: ~2 ms per step in which main() records no call at all on the launching
-    thread. The finding says it is untraced time inside main(), not that main() ran."""
-    report = report_of(trace("rtx3080-toy-mlp-dataloader-8-workers-large-batch"))
+    thread, only the [memory] event of the previous batch's release (a DataLoader worker's batch, in shared memory,
+    whose release is the OS's work). The finding says so, with the released size, instead of "nothing recorded"."""
+    path = trace("rtx3080-toy-mlp-dataloader-8-workers-large-batch")
+    report = report_of(path)
     work = finding(report, "host_work")
-    assert "untraced host time inside main()" in work["title"] and "py-spy" in work["advice"]
+    released = [e for e in raw_events(path) if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+                and e["args"]["Bytes"] <= -(1 << 20)]
+    inside = [e for e in released if any(a <= e["ts"] <= b for a, b in work["occurrences_us"])]
+    assert len(inside) == work["count"] == 3
+    size = -max(e["args"]["Bytes"] for e in inside)
+    assert work["detail"]["host_memory"]["bytes"] == -size
+    assert f"release of a {size / (1 << 20):.2f} MiB host tensor" in work["title"] and "main()" in work["title"]
+    assert "shared-memory" in work["advice"] and "nothing recorded" not in work["title"]
+
+
+def test_untraced_time_without_a_record_is_named_as_such():
+    """vLLM eager on a B200: long gaps inside a vLLM function with nothing recorded under it and no host release:
+    the finding says it is untraced time inside that function, not that the function ran."""
+    report = report_of(trace("b200-vllm-eager"))
+    untraced = [f for f in report["findings"] if f["kind"] == "host_work" and "untraced" in f["title"]]
+    assert untraced
+    for f in untraced:
+        assert f["detail"]["host_memory"] is None and "py-spy" in f["advice"]
+        assert re.search(r"untraced host time inside .+ \(nothing recorded under it\)$", f["title"]), f["title"]
 
 
 def test_a_model_run_on_the_cpu_of_a_gpu_host_states_no_finding():
