@@ -226,8 +226,9 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
                    ": the GPU's idle time is mostly elsewhere.") + " Look at the larger findings first.")
     if traits.training:
         compile_advice = ("The model already runs torch.compile graphs (CompiledFunction), whose kernels are still "
-                          "launched one by one: mode=\"reduce-overhead\" replays them as CUDA graphs" if traits.compiled
-                          else "torch.compile the model (mode=\"reduce-overhead\" adds CUDA graphs)")
+                          f"launched one by one: mode=\"reduce-overhead\" replays them as {traits.graph_word}s"
+                          if traits.compiled else
+                          f"torch.compile the model (mode=\"reduce-overhead\" adds {traits.graph_word}s)")
         return ("The GPU finishes each kernel before the CPU has launched the next: the training step is bound by "
                 f"launch overhead (Python, autograd, dispatcher, the launch call). {compile_advice}; use fused / "
                 "foreach optimizer implementations, and raise the per-step work (batch size) so kernels outlast "
@@ -370,7 +371,7 @@ def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
         return pieces_fix(ctx, pieces, "the CPU time before each eagerly launched kernel taken out")
     if _host_bound_share(ctx) >= HOST_BOUND_SHARE:  # a graph cannot hold the step's host math or input waits
         return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (the host math and input waits in the "
-                                       "step stay: a CUDA graph cannot hold them)")
+                                       f"step stay: a {traits.graph_word} cannot hold them)")
     gaps = pieces_fix(ctx, pieces, "")
     return Fix(f"the {traits.step_word}s replayed as {traits.graph_word}s (their GPU work back to back)",
                gaps.removed if gaps else np.zeros((0, 3), np.int64), as_graphs=True)

@@ -81,6 +81,27 @@ def test_hip_trace_launches_and_syncs():
     assert ("hipMemcpyWithStream", "pageable_h2d") in kinds and ("hipDeviceSynchronize", "profiler") in kinds
 
 
+@pytest.mark.parametrize("path", [p for p in TRACES if p.name.startswith("mi")], ids=lambda p: p.name)
+def test_a_hip_trace_is_advised_in_hip_words(path):
+    """ROCm traces (their runtime calls are hip*): no title or advice names a CUDA-only knob, library or API."""
+    assert count_named(raw_events(path), "hipLaunchKernel") or count_named(raw_events(path), "hipGraphLaunch")
+    report = analyzed(path)
+    text = " ".join(f"{f['title']} {f['advice']}" for f in report["findings"])
+    for cuda_only in ("CUDA_MODULE_LOADING", "cuDNN", "cuBLAS", "no CUDA call", "CUDA graph", "PYTORCH_CUDA_ALLOC_CONF",
+                      "cudaMalloc", "cudaFree"):
+        assert cuda_only not in text, cuda_only
+
+
+def test_a_hip_first_launch_and_a_host_random_draw_get_their_own_advice():
+    """The MI250 training trace: its first hipLaunchKernel loads code objects (HIP's deferred loading), and
+    aten::randn draws on the host with no HIP call in it."""
+    report = analyzed(EXTERNAL / "mi250-toy-training-rocm.json.gz")
+    warmup = next(f for f in report["findings"] if f["kind"] == "warmup")
+    assert "hipLaunchKernel (first call)" in warmup["title"] and "HIP_ENABLE_DEFERRED_LOADING=0" in warmup["advice"]
+    randn = next(f for f in report["findings"] if f["kind"] == "host_compute" and "aten::randn" in f["title"])
+    assert "no HIP call" in randn["title"] and "torch.randn(..., device=...)" in randn["advice"]
+
+
 def test_cuda_sync_events_trace():
     report = analyzed(EXTERNAL / "a100-simple-add-cuda-sync-events.json.gz")
     raw = raw_events(EXTERNAL / "a100-simple-add-cuda-sync-events.json.gz")
