@@ -3,6 +3,7 @@ millisecond (the longer ones are host work, analyzer.detectors.host_work); plus 
 pieces and the call sites, launch statistics, the per-step table and a CUDA-graph estimate (report.json `gaps`)."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -20,6 +21,8 @@ from analyzer.views.whatif import Fix, graph_node_gap_ns, graph_steps_ns, measur
 MAX_SITES = 50
 MINOR_SHARE = 0.05  # launch gaps below this share of the window get no launch-overhead advice
 CHILD_SHARE = 0.10  # a launch site is shown under the launch finding when it holds this share
+OPTIMIZER_SHARE = 0.25  # the optimizer's code holds this share of the launch gaps: its own launches are named
+OPTIMIZER_STEP = re.compile(r"Optimizer\.step#|_single_tensor_\w+")  # torch.optim's annotation; its per-tensor loop
 HOST_BOUND_SHARE = 0.10  # host math and input waits this share of the idle: the step cannot be one CUDA graph
 
 
@@ -340,7 +343,7 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
               f"({plural(gaps, 'gap')} under {long_gap_us / 1e3:g} ms)",
         call_site=top["call_site"], library_site=top["library_site"], impact_us=impact,
         advice=_launch_advice(ctx, graph, per_step, impact / window_us if window_us else 0.0,
-                              compiled=_compiled_share(ctx, rows) >= 0.5), count=gaps,
+                              compiled=_compiled_share(ctx, rows) >= 0.5) + _optimizer_hint(top, impact), count=gaps,
         id="launch_overhead",
         detail={"share_of_window": round(impact / window_us, 4) if window_us else None,
                 "top_sites": [{k: s[k] for k in ("call_site", "library_site", "idle_us", "count")} for s in top_sites]},
@@ -359,6 +362,24 @@ def _launch_findings(ctx: AnalysisContext, short: np.ndarray, window_us: float, 
                 detail={"context": s["context"], "site": s["site"]},
                 occurrences_us=tuple(tuple(o) for o in s["occurrences"])))
     return [parent, *children]
+
+
+def _optimizer_hint(top: dict, impact_us: float) -> str:
+    """The optimizer's own launches, where its code is the site most of the launch gaps wait on: zeroing gradients in
+    place (one fill per parameter) or a per-parameter step loop."""
+    if top["idle_us"] < OPTIMIZER_SHARE * impact_us:
+        return ""
+    names = " ".join(filter(None, (top["call_site"], top["library_site"], top["site"].get("op"))))
+    share = share_text(top["idle_us"], impact_us)
+    if "zero_grad" in names:
+        return (f" {share} of these gaps wait on launches in {top['call_site']}: zero_grad() zeroes each gradient in "
+                f"place, one launch per parameter, unless set_to_none=True (the default since torch 2.0), which "
+                f"launches nothing.")
+    if OPTIMIZER_STEP.search(names):
+        return (f" {share} of these gaps wait on launches in {top['call_site']}: an optimizer step over one "
+                f"parameter at a time launches several kernels per parameter; foreach=True (one launch per group of "
+                f"tensors) or fused=True (one kernel for the whole step) cut that.")
+    return ""
 
 
 def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:

@@ -102,6 +102,22 @@ def test_a_hip_first_launch_and_a_host_random_draw_get_their_own_advice():
     assert "no HIP call" in randn["title"] and "torch.randn(..., device=...)" in randn["advice"]
 
 
+def test_launch_gaps_in_an_in_place_zero_grad_name_set_to_none():
+    """The 2021 ResNet-50 training trace (torch 1.8): each step's Optimizer.zero_grad span launches one fill per
+    parameter (161 a step), and most launch gaps wait there. The launch finding says what takes those launches out."""
+    path = EXTERNAL / "v100-resnet50-torch18-categories.json.gz"
+    raw = raw_events(path)
+    spans = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in raw
+             if e.get("name", "").startswith("Optimizer.zero_grad")]
+    inside = [e for e in raw if e.get("name") == "cudaLaunchKernel"
+              and any(t == e["tid"] and a <= e["ts"] < b for t, a, b in spans)]
+    assert len(spans) == 6 and len(inside) == 966
+    launch = next(f for f in analyzed(path)["findings"] if f["id"] == "launch_overhead")
+    assert "zero_grad" in launch["call_site"] and "set_to_none=True" in launch["advice"]
+    top = launch["detail"]["top_sites"][0]
+    assert top["count"] <= len(inside) and top["idle_us"] >= 0.5 * launch["impact_us"]
+
+
 def test_cuda_sync_events_trace():
     report = analyzed(EXTERNAL / "a100-simple-add-cuda-sync-events.json.gz")
     raw = raw_events(EXTERNAL / "a100-simple-add-cuda-sync-events.json.gz")
