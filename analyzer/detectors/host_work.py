@@ -4,21 +4,26 @@ op that ran, else the launch site; with the library code it ran in, and what the
 untraced host time). Owns the long pieces of cause cpu_launch (but a graph break's, which graph_breaks owns)."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
+from analyzer.detectors.host_work_text import HOST_RELEASE_ADVICE, UNTRACED_ADVICE, host_release_text, \
+    host_work_advice, tail_op_advice
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
-from analyzer.units import fmt_bytes, us
+from analyzer.units import us
+from analyzer.views import apis
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
 from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
 from analyzer.views.timeline import merge_intervals
-from analyzer.views.traits import is_compiled_region
 from analyzer.views.whatif import Fix
 
+EVENT_QUERY = frozenset({"cudaEventQuery", "hipEventQuery", "cuEventQuery"})
+ALLOCATION_OP = re.compile(r"^aten::(new_)?empty")
 CHILD_SHARE = 0.10  # a library is shown under the host-work finding when it holds this share
 MAX_LIBRARIES = 4  # library children under one host-work finding
 
@@ -97,11 +102,58 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                      "launch_site": describe_site(ctx, int(piece_site_keys(ctx, np.array([lead]))[0]))["label"],
                      "libraries": _library_children(ctx, owners.get(key, [])),
                      "host_memory": _host_memory(ctx, host_memory.get(key, [])),
+                     "tail_op": _tail_op(ctx, lead) if not untraced[key] else None,
                      "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
                     Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
                         np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
+
+
+def _tail_op(ctx: AnalysisContext, piece: int) -> dict | None:
+    """The library op the launching thread was inside for at least half of the piece, up to the launch that ended
+    it (host_during.tail_op), with the CPU time of its other calls in the window to compare."""
+    during, idle, ops = ctx.host_during, ctx.idle, ctx.model.ops
+    d = during.of(piece)
+    row = int(during.tail_op[d]) if d >= 0 else -1
+    lo, hi = int(idle.start_ns[piece]), int(idle.end_ns[piece])
+    if row < 0 or 2 * (hi - int(ops.start_ns[row])) < hi - lo:
+        return None
+    same = np.flatnonzero((ops.name == ops.name[row]) & ~ops.is_annotation.astype(bool))
+    others = same[same != row]
+    durations = ops.end_ns[others] - ops.start_ns[others]
+    return {"op": ctx.model.names[ops.name[row]], "in_gap_us": us(hi - int(ops.start_ns[row])),
+            "cpu_us": us(int(ops.end_ns[row] - ops.start_ns[row])), "other_calls": int(len(others)),
+            "other_median_us": us(float(np.median(durations))) if len(others) else None,
+            "runtime_calls": _calls_inside(ctx, row, int(ops.start_ns[row]), hi),
+            "allocator_event_queries": _allocator_event_queries(ctx, row, hi)}
+
+
+def _allocator_event_queries(ctx: AnalysisContext, op: int, hi: int) -> int:
+    """Event queries made inside an allocation op (aten::empty*) under the op before hi: the caching allocator
+    checking the events of blocks that another stream used (its process_events before each allocation)."""
+    rt, ops, names = ctx.model.runtime, ctx.model.ops, ctx.model.names
+    if not len(rt):
+        return 0
+    rows = np.flatnonzero((rt.pid == ops.pid[op]) & (rt.tid == ops.tid[op]) & (rt.start_ns >= ops.start_ns[op])
+                          & (rt.start_ns < hi) & (rt.op >= 0))
+    rows = rows[[names[rt.name[r]] in EVENT_QUERY for r in rows.tolist()]]
+    return sum(1 for r in rows.tolist() if ALLOCATION_OP.match(names[ops.name[rt.op[r]]]))
+
+
+def _calls_inside(ctx: AnalysisContext, op: int, lo: int, hi: int) -> list[dict]:
+    """The runtime calls (launches aside) the op's thread made in [lo, hi), by API, most time first (at most
+    three, each of at least a microsecond)."""
+    rt, ops, names = ctx.model.runtime, ctx.model.ops, ctx.model.names
+    inside = np.flatnonzero((rt.pid == ops.pid[op]) & (rt.tid == ops.tid[op]) & (rt.start_ns >= lo)
+                            & (rt.start_ns < hi)) if len(rt) else np.zeros(0, np.int64)
+    inside = inside[[names[rt.name[r]] not in apis.LAUNCH for r in inside.tolist()]]
+    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for r in inside.tolist():
+        totals[int(rt.name[r])][0] += 1
+        totals[int(rt.name[r])][1] += int(min(rt.end_ns[r], hi) - rt.start_ns[r])
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:3]
+    return [{"api": names[code], "count": n, "us": us(ns)} for code, (n, ns) in ranked if ns >= 1000]
 
 
 def _host_memory(ctx: AnalysisContext, found: list[tuple[int, int]]) -> dict | None:
@@ -243,77 +295,19 @@ def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _host_work_advice(site: dict, graphs_replayed: bool) -> str:
-    op = site.get("op")
-    if not op or site.get("call_site"):
-        return ("The CPU ran this code for over a millisecond with nothing queued on the GPU: move host work (data "
-                "preparation, Python bookkeeping, logging, tokenization) out of the step, precompute it, or queue "
-                "the next GPU work before doing it so the two overlap.")
-    if is_compiled_region(op):
-        graphs = ("; under mode=\"reduce-overhead\", the CUDA-graph tree's checks of its inputs' addresses, copies "
-                  "of inputs that moved and re-recording when they keep moving" if graphs_replayed else "")
-        keep = ("Keep the inputs at fixed addresses across calls (one preallocated cache or buffer, reset in place). "
-                if graphs_replayed else "")
-        return (f"The CPU spent over a millisecond inside the compiled region {op} with nothing queued on the GPU: "
-                f"torch.compile's own cost around its kernels (Dynamo's guard checks, AOT autograd's runtime "
-                f"wrappers, the Python launchers of Triton kernels{graphs}), or eager code the region runs between "
-                f"them. {keep}Run with TORCH_LOGS=\"recompiles,guards"
-                f"{',cudagraphs' if graphs_replayed else ''}\" to see what it re-does each call; with_stack=True "
-                f"shows the frames inside it.")
-    advice = (f"The CPU spent over a millisecond inside {op} with nothing queued on the GPU. The trace has no Python "
-              f"stack (record with with_stack=True to see the line that called it). If the op works on host tensors, "
-              f"move it out of the step; if it launches many small GPU ops, its per-call CPU cost is the gap: batch "
-              f"or fuse the calls (foreach / fused variants).")
-    if op == "aten::zero_":
-        advice += " For gradients, optimizer.zero_grad(set_to_none=True) (the default since torch 2.0) skips it."
-    return advice
-
-
-UNTRACED_ADVICE = (
-    "The profiler recorded nothing inside this time on the thread that launches the GPU work: no op, no CUDA call, no "
-    "Python call (or only the enclosing one). It is the interpreter running that code's own lines, a JIT or compiler "
-    "(TorchScript's profiling executor, torch.compile, Triton), garbage collection, waiting for the GIL held by "
-    "another thread, or the OS. Record with with_stack=True (and record_shapes) to see Python calls; if it happens "
-    "only in the first iterations, profile after warm-up; py-spy or Nsight Systems' CPU sampling show what the "
-    "thread ran.")
-
-
-HOST_RELEASE_ADVICE = (
-    "Releasing a large host tensor is the OS's work, outside every op: unmapping its pages, and for a batch that a "
-    "DataLoader worker process built, its shared-memory segment, which costs milliseconds (a 16.1 MiB batch: 5 to 9 "
-    "ms on a 2-core host, against microseconds for a tensor of that size the process allocated itself). The release "
-    "holds the GIL, so moving it to another thread (pin_memory=True's pin-memory thread releases the worker's batch) "
-    "still stalls the launching thread's Python. Drop the host tensor where the GPU has queued work to hide it: bind "
-    "the device copy to a new name (x_gpu = x.to(device)) and `del x` after the step's launches, or reuse one "
-    "preallocated host buffer. If gaps like these recur without a release, py-spy or Nsight Systems' CPU sampling "
-    "show what the thread ran.")
-
-
-def _host_release_text(h: dict) -> tuple[str, str]:
-    """The title's words and the advice's first sentence for a group whose untraced pieces hold a large host
-    tensor's release (the only op-level record inside them)."""
-    m = h["host_memory"]
-    where = {"end": "at the end of", "start": "at the start of", "middle": "inside"}[m["where"]]
-    share = "" if m["pieces"] == h["count"] else f" (in {m['pieces']} of {h['count']} gaps)"
-    size = fmt_bytes(-m["bytes"])
-    title = f", untraced but for the release of a {size} host tensor{share}"
-    first = (f"The profiler recorded no op, CUDA call or Python call in this time on the thread that launches the "
-             f"GPU work, only the [memory] event of a {size} host tensor's release ({where} the longest gap{share}): "
-             f"the thread most likely spent the time on that release (the event is written at one end of it). ")
-    return title, first
-
-
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
                         long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
     out = []
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
         libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
         untraced = h["untraced_us"] * 2 >= h["idle_us"]
-        if not untraced:
-            what, advice = f"while the CPU ran {h['call_site']}", _host_work_advice(h["site"], graphs_replayed)
+        if not untraced and h["tail_op"]:
+            what, advice = f"while the CPU ran {h['tail_op']['op']} in {h['call_site']}", tail_op_advice(h)
+        elif not untraced:
+            what, advice = f"while the CPU ran {h['call_site']}", host_work_advice(h["site"], graphs_replayed)
         elif h["host_memory"] and h["host_memory"]["bytes"] < 0:
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
-            title, first = _host_release_text(h)
+            title, first = host_release_text(h)
             what, advice = f"inside {h['call_site']}{inner}{title}", first + HOST_RELEASE_ADVICE
         elif h["recorded_context"]:
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
@@ -329,7 +323,7 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice=advice,
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
-                    "libraries": h["libraries"], "host_memory": h["host_memory"]},
+                    "libraries": h["libraries"], "host_memory": h["host_memory"], "tail_op": h["tail_op"]},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
         for j, lib in enumerate(libraries):
             out.append(Finding(

@@ -46,6 +46,7 @@ class HostDuring:
     frame: np.ndarray  # innermost Python frame spanning the whole piece on the launching thread, -1 none
     op: np.ndarray  # innermost op (annotations included) spanning it, -1 none
     call: np.ndarray  # runtime call spanning it, -1 none
+    tail_op: np.ndarray  # outermost library op that began inside it and still ran at its end (below), -1 none
     traced_share: np.ndarray  # share of the piece covered by events that ended inside it
     untraced: np.ndarray  # bool: untraced host time (below)
     host_memory: np.ndarray  # the largest host (CPU) [memory] event on the thread inside the piece, -1 none
@@ -65,13 +66,37 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
     if not len(pieces) or not len(rt):
         empty = np.zeros(0, np.int64)
-        return HostDuring(empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty)
+        return HostDuring(empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty)
     pid, tid = rt.pid[launch], rt.tid[launch]
     tables = (model.frames, model.ops, rt)
     frame, op, call = (_spanning(table, pid, tid, lo, hi) for table in tables)
-    share = _covered_inside(tables, pid, tid, lo, hi) / np.maximum(hi - lo, 1)
-    return HostDuring(pieces, frame, op, call, share, _untraced(model, frame, op, call, share),
+    tail = _tail_op(model, pid, tid, lo, hi)
+    share = _covered_inside(tables, pid, tid, lo, hi)
+    # the tail op's time in the piece is its own C++ code: recorded (the events that ended inside it are its children)
+    has = tail >= 0
+    share[has] = np.maximum(share[has], hi[has] - model.ops.start_ns[tail[has]])
+    share = share / np.maximum(hi - lo, 1)
+    return HostDuring(pieces, frame, op, call, tail, share, _untraced(model, frame, op, call, share),
                       _largest_host_memory(model.memory, pid, tid, lo, hi))
+
+
+def _tail_op(model: TraceModel, pid, tid, lo, hi) -> np.ndarray:
+    """Per piece: a library op (`ns::name`, not an annotation) on its thread that began inside the piece and still ran
+    at its end: the innermost such op holding at least TRACED_SHARE of the piece, else the outermost; -1 none. Its
+    launch is what ended the piece, and the piece's time from the op's start is that op's own host work before it
+    (e.g. a GEMM choosing its kernel for a new shape), not untraced time."""
+    ops, names = model.ops, model.names
+    inner = _spanning(ops, pid, tid, np.maximum(hi - 1, lo), hi)  # the innermost op open at the piece's end
+    out = np.full(len(lo), -1, np.int64)
+    for i in np.flatnonzero(inner >= 0).tolist():
+        r, hops = int(inner[i]), 0
+        while r >= 0 and ops.start_ns[r] >= lo[i] and hops < 256:
+            if not ops.is_annotation[r] and "::" in names[ops.name[r]]:
+                out[i] = r
+                if hi[i] - ops.start_ns[r] >= TRACED_SHARE * (hi[i] - lo[i]):
+                    break
+            r, hops = int(ops.parent[r]), hops + 1
+    return out
 
 
 def _largest_host_memory(mem, pid, tid, lo, hi) -> np.ndarray:

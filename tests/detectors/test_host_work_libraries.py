@@ -9,6 +9,7 @@ import pytest
 from analyzer.detectors.base import AnalysisContext
 from analyzer.detectors.host_work import _responsible
 from conftest import analysis_of, report_of
+from rawtrace import raw_events
 
 HERE = Path(__file__).resolve().parents[1]
 SAMPLERS = [HERE / "fixtures" / "h100_compile" / "numpy_sampler", HERE / "fixtures" / "h200_whatif" / "numpy_sampler"]
@@ -58,3 +59,21 @@ def test_library_children_never_count_nested_library_time_twice():
     children = [f for f in report["findings"] if f["parent"] == top["id"]]
     assert children[0]["library_site"].startswith("generate()") and "transformers/" in children[0]["library_site"]
     assert sum(c["impact_us"] for c in children) <= top["impact_us"] + 0.01
+
+
+def test_a_gap_with_nothing_recorded_under_its_function_is_untraced_time():
+    """torch.compile decode on an H100 recorded without Python stacks beyond the runtime's: the long gaps inside
+    _decode() hold no op, runtime call or frame that covers half of them, neither ended inside nor still running at
+    the gap's end (a compiled region's span, which is no library op, says nothing of what ran in it). The finding
+    says it is untraced time, not that _decode() ran, and has no op to name."""
+    run = HERE / "fixtures" / "h100_stackless" / "compile_decode"
+    raw = [e for e in raw_events(run / "rank0.trace.json.gz") if e.get("ph") == "X"]
+    report = report_of(run)
+    (work,) = [f for f in report["findings"] if f["kind"] == "host_work" and not f["parent"]]
+    assert work["title"].endswith("in untraced host time inside _decode() (defined at workloads/qwen2/generate.py:99) "
+                                  "(nothing recorded under it)")
+    assert work["detail"]["tail_op"] is None and work["detail"]["host_memory"] is None and "py-spy" in work["advice"]
+    for a, b in work["occurrences_us"]:
+        inside = [e for e in raw if (e.get("cat") in ("cuda_runtime", "cuda_driver") or e.get("cat") == "cpu_op"
+                                     and "::" in e["name"]) and a <= e["ts"] < b]
+        assert not any(min(e["ts"] + e["dur"], b) - e["ts"] >= (b - a) / 2 for e in inside), (a, b)
