@@ -20,6 +20,7 @@ from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
 from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
 from analyzer.views.timeline import merge_intervals
+from analyzer.views.traits import TraceTraits
 from analyzer.views.whatif import Fix
 
 EVENT_QUERY = frozenset({"cudaEventQuery", "hipEventQuery", "cuEventQuery"})
@@ -38,8 +39,7 @@ def long_pieces(ctx: AnalysisContext) -> np.ndarray:
 
 def detect(ctx: AnalysisContext) -> DetectorResult:
     host_work, fixes = _host_work(ctx, long_pieces(ctx))
-    findings = _host_work_findings(host_work, fixes, ctx.timeline.window_ns / 1e3, LONG_NS / 1e3,
-                                   ctx.traits.graphs.replayed)
+    findings = _host_work_findings(host_work, fixes, ctx.timeline.window_ns / 1e3, LONG_NS / 1e3, ctx.traits)
     return DetectorResult({"host_work": host_work}, tuple(findings))
 
 
@@ -296,15 +296,15 @@ def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
 
 
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,
-                        long_gap_us: float, graphs_replayed: bool) -> list[Finding]:
+                        long_gap_us: float, traits: TraceTraits) -> list[Finding]:
     out = []
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
         libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
         untraced = h["untraced_us"] * 2 >= h["idle_us"]
         if not untraced and h["tail_op"]:
-            what, advice = f"while the CPU ran {h['tail_op']['op']} in {h['call_site']}", tail_op_advice(h)
+            what, advice = f"while the CPU ran {h['tail_op']['op']} in {h['call_site']}", tail_op_advice(h, traits.hip)
         elif not untraced:
-            what, advice = f"while the CPU ran {h['call_site']}", host_work_advice(h["site"], graphs_replayed)
+            what, advice = f"while the CPU ran {h['call_site']}", host_work_advice(h["site"], traits.graphs.replayed)
         elif h["host_memory"] and h["host_memory"]["bytes"] < 0:
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
             title, first = host_release_text(h)

@@ -60,7 +60,7 @@ HOST_RELEASE_ADVICE = (
     "show what the thread ran.")
 
 
-def tail_op_advice(h: dict) -> str:
+def tail_op_advice(h: dict, hip: bool) -> str:
     t = h["tail_op"]
     text = (f"The CPU spent {fmt_us(t['in_gap_us'])} of the longest gap inside {t['op']}, up to the launch that "
             f"ended it, with nothing queued on the GPU: the op's own host work before its kernel.")
@@ -77,14 +77,15 @@ def tail_op_advice(h: dict) -> str:
     if polls >= MANY_EVENT_QUERIES:
         text += (f" {polls} event queries inside an allocation are the caching allocator catching up on blocks "
                  f"freed while another stream still used them (Tensor.record_stream): it queries each one's event "
-                 f"before it takes the block back. ProcessGroupNCCL records its collectives' tensors so unless "
+                 f"before it takes the block back. ProcessGroupNCCL does this to its collectives' tensors unless "
                  f"TORCH_NCCL_AVOID_RECORD_STREAMS=1; fewer, larger collectives (DDP's bucket_cap_mb) leave fewer "
                  f"such blocks.")
     elif LIBRARY_PICKS_KERNEL.search(t["op"]):
-        text += (" A matrix multiply or convolution choosing its kernel for a shape it has not run yet (cuBLAS / "
-                 "cuBLASLt heuristics, cuDNN's algorithm search, a kernel module loaded on first use) pays this once "
-                 "per shape: run each shape once before profiling, and keep the number of shapes small (pad or "
-                 "bucket batch and sequence sizes).")
+        libraries = "hipBLASLt / rocBLAS heuristics, MIOpen's search" if hip else \
+            "cuBLAS / cuBLASLt heuristics, cuDNN's algorithm search"
+        text += (f" A matrix multiply or convolution choosing its kernel for a shape it has not run yet ({libraries}, "
+                 f"a kernel module loaded on first use) pays this once per shape: run each shape once before "
+                 f"profiling, and keep the number of shapes small (pad or bucket batch and sequence sizes).")
     else:
         text += (" That is the op's argument checks, output allocation and dispatch, or a library call's set-up: a "
                  "cheaper variant of the op, fewer calls of it, or its work moved off the step's critical path.")

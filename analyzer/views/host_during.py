@@ -4,7 +4,8 @@ recorded events that ended inside it cover (its traced share). A piece with a lo
 time: the interpreter's own bytecode, a JIT compiler, the GIL, the OS; the trace cannot say which, but for one record
 the profiler writes there (with profile_memory=True): the largest host tensor allocated or released on the thread inside
 the piece. Releasing a large host tensor is the OS's work (unmapping its pages; a DataLoader worker's batch lives in
-shared memory, whose release costs milliseconds) and runs outside every op.
+shared memory, whose release costs milliseconds) and runs outside every op. A library op that began inside the piece
+and still ran at its end (its launch ended the piece) covers the piece from its start: that is the op's own host work.
 
 It also finds untraced time that a warmed-up process would not spend again, by what follows it:
 - the first launch in the window of a kernel built at run time (Triton / Inductor, TorchScript's fusers: named so by
@@ -46,8 +47,8 @@ class HostDuring:
     frame: np.ndarray  # innermost Python frame spanning the whole piece on the launching thread, -1 none
     op: np.ndarray  # innermost op (annotations included) spanning it, -1 none
     call: np.ndarray  # runtime call spanning it, -1 none
-    tail_op: np.ndarray  # outermost library op that began inside it and still ran at its end (below), -1 none
-    traced_share: np.ndarray  # share of the piece covered by events that ended inside it
+    tail_op: np.ndarray  # a library op that began inside it and still ran at its end (_tail_op), -1 none
+    traced_share: np.ndarray  # share of the piece covered by events that ended inside it, or by its tail op
     untraced: np.ndarray  # bool: untraced host time (below)
     host_memory: np.ndarray  # the largest host (CPU) [memory] event on the thread inside the piece, -1 none
 
