@@ -326,9 +326,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         if s["kind"] == "profiler":
             continue
         per_step = [v for name, v in s["per_step"].items() if name != "(outside steps)"]
-        every = (f", {max(per_step)}x per {ctx.traits.step_word}"
-                 + (f" in {len(per_step)} of {len(steps)} steps" if len(steps) > 1 else "")) \
-            if per_step and len(steps) > 1 else ""  # with one step, "per step" says nothing more
+        every = _per_step_text(per_step, s["count"], len(steps), ctx.traits.step_word)
         unrecorded = s["unrecorded_wait_us"] >= s["drain_us"] / 2 > 0
         unseen = f", {fmt_us(s['unrecorded_wait_us'])} of it waiting for no recorded GPU work" if unrecorded else ""
         findings.append(Finding(
@@ -354,3 +352,13 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     }
     # report.json's `syncs` is the list of call sites; the totals sit beside it
     return DetectorResult({"syncs": site_list, "sync_totals": totals}, tuple(findings))
+
+
+def _per_step_text(per_step: list[int], count: int, steps: int, step_word: str) -> str:
+    """How the blocks spread over the steps: ", 2x per step in 3 of 3 steps"; ", all in 1 of 2 steps" where one
+    step holds them; nothing with one step (per step says nothing more then)."""
+    if not per_step or steps <= 1:
+        return ""
+    if len(per_step) == 1:
+        return f", {'all' if per_step[0] == count else f'{per_step[0]}x'} in 1 of {steps} steps"
+    return f", {max(per_step)}x per {step_word} in {len(per_step)} of {steps} steps"

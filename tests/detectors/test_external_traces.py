@@ -102,6 +102,20 @@ def test_a_hip_first_launch_and_a_host_random_draw_get_their_own_advice():
     assert "no HIP call" in randn["title"] and "torch.randn(..., device=...)" in randn["advice"]
 
 
+def test_blocks_that_all_fall_in_one_step_say_so():
+    """The MI250 trace's two pageable uploads (hipMemcpyWithStream) both run in the first of its two ProfilerSteps:
+    the sync finding says "all in 1 of 2 steps", not a per-step rate."""
+    raw = raw_events(EXTERNAL / "mi250-toy-training-rocm.json.gz")
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    copies = [e for e in raw if e.get("name") == "hipMemcpyWithStream"]
+    holding = {k for k, (a, b) in enumerate(steps) for e in copies if a <= e["ts"] < b}
+    assert len(steps) == 2 and len(copies) == 2 and len(holding) == 1
+    sync = next(f for f in analyzed(EXTERNAL / "mi250-toy-training-rocm.json.gz")["findings"]
+                if f["kind"] == "sync" and "pageable" in f["title"])
+    assert "blocks the CPU 2x, all in 1 of 2 steps " in sync["title"]
+
+
 def test_launch_gaps_in_an_in_place_zero_grad_name_set_to_none():
     """The 2021 ResNet-50 training trace (torch 1.8): each step's Optimizer.zero_grad span launches one fill per
     parameter (161 a step), and most launch gaps wait there. The launch finding says what takes those launches out."""
