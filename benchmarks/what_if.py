@@ -4,8 +4,8 @@ interleaved rounds). The measured saving is the median of the rounds' paired sav
 95% confidence interval from order statistics (distribution-free: with 12 rounds, the 3rd smallest to the 3rd largest;
 with 6 or fewer, the whole range).
 
-    python benchmarks/what_if.py [RUN_DIR ...]    (default: tests/fixtures/h200_whatif/*, h100_whatif/* and the serving
-                                                   pair)
+    python benchmarks/what_if.py [RUN_DIR ...]    (default: every pair in PAIR_DIRS under tests/fixtures, and the
+                                                   serving pair)
     python benchmarks/what_if.py --freeze NEW_FOLDER RUN_DIR ...
 
 A recapture replaces a fixture pair (the repository has room for one capture of each): before the old pair is deleted,
@@ -33,8 +33,8 @@ from analyzer import api  # noqa: E402
 from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
-PAIR_DIRS = ("h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture", "h100_graph_timing",
-             "h100_calibration")  # tests/fixtures
+PAIR_DIRS = ("h100_rounds12", "h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture",
+             "h100_graph_timing", "h100_calibration")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95
@@ -143,8 +143,8 @@ def verdict(predicted: float | None, measured: float, lo: float, hi: float, step
 
 
 def table(rows: list[dict], earlier: dict | None = None) -> str:
-    """The Markdown table; where earlier (what_if_earlier.json) holds a row the run's capture replaced, a last column
-    shows it: that capture's prediction, measured saving, band, rounds and verdict."""
+    """The Markdown table; where earlier (what_if_earlier.json) holds rows of captures the run's capture replaced, a
+    last column shows them, oldest first: each one's prediction, measured saving, band, rounds and verdict."""
     earlier = earlier or {}
     shown = any(r["run"] in earlier for r in rows)
     head = ("| pair | fix the replay applies | predicted saving (ms/step) | measured, median (ms/step) | 95% band (ms) "
@@ -156,26 +156,27 @@ def table(rows: list[dict], earlier: dict | None = None) -> str:
                 f"| {_num(r['band_ms'][0])} … {_num(r['band_ms'][1])} | {r['rounds']} "
                 f"| {_num(r['step_ms'])} → {_num(r['fixed_step_ms'])} | {r['verdict']} |")
         if shown:
-            e = earlier.get(r["run"])
-            line += (f" `{e['from']}`: {_num(e['predicted_ms'])}, {_num(e['measured_ms'])} "
-                     f"({_num(e['band_ms'][0])} … {_num(e['band_ms'][1])}), {e['rounds']}, {e['verdict']} |"
-                     if e else " – |")
+            line += " " + ("; ".join(f"`{e['from']}`: {_num(e['predicted_ms'])}, {_num(e['measured_ms'])} "
+                                     f"({_num(e['band_ms'][0])} … {_num(e['band_ms'][1])}), {e['rounds']}, "
+                                     f"{e['verdict']}" for e in earlier.get(r["run"], [])) or "–") + " |"
         lines.append(line)
     return "\n".join(lines)
 
 
 def freeze(new_folder: str, runs: list[Path], frozen: dict) -> dict:
-    """frozen (what_if_earlier.json's rows) with the rows of runs added under new_folder/their name: what the table
-    said of each before its recapture replaced it."""
-    frozen = dict(frozen)
+    """frozen (what_if_earlier.json: per recaptured pair, the rows of the captures it replaced) with the rows of runs
+    added under new_folder/their name: what the table said of each before its recapture replaced it. A pair frozen
+    again from the same capture replaces that capture's row."""
+    frozen = {k: list(v) for k, v in frozen.items()}
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     for run in runs:
         row = row_for(run)
-        frozen[f"{new_folder}/{run.name}"] = {
+        key = f"{new_folder}/{run.name}"
+        frozen[key] = [e for e in frozen.get(key, []) if e["from"] != row["run"]] + [{
             "from": row["run"], "frozen": f"{datetime.date.today()}, analyzer at {commit or 'unknown'}",
             "rounds": row["rounds"], "verdict": row["verdict"], "band_ms": [round(x, 4) for x in row["band_ms"]],
-            **{k: round(row[k], 4) for k in ("predicted_ms", "measured_ms", "step_ms", "fixed_step_ms")}}
+            **{k: round(row[k], 4) for k in ("predicted_ms", "measured_ms", "step_ms", "fixed_step_ms")}}]
     return frozen
 
 

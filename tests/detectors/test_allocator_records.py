@@ -169,7 +169,7 @@ def test_analyze_cli_takes_a_snapshot_from_elsewhere_and_refuses_a_bad_one(tmp_p
     assert len(err.splitlines()) == 1 and "bad.pickle" in err and not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("folder,retries", [("h100_whatif", 3), ("h200_whatif", 0)])
+@pytest.mark.parametrize("folder,retries", [("h100_rounds12", 3), ("h200_alloc", 0)])
 def test_cache_flushes_before_the_window_are_named_beside_the_window_s_price(folder, retries):
     """The fragmentation pathology's workspace grows over the whole process: on the 80 GB H100 reserved memory reached
     the device's size three times before the window (meta.json profiled.memory_stats_after, the process's counters),

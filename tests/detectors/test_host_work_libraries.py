@@ -12,7 +12,7 @@ from conftest import analysis_of, report_of
 from rawtrace import raw_events
 
 HERE = Path(__file__).resolve().parents[1]
-SAMPLERS = [HERE / "fixtures" / "h100_compile" / "numpy_sampler", HERE / "fixtures" / "h200_whatif" / "numpy_sampler"]
+SAMPLERS = [HERE / "fixtures" / "h100_compile" / "numpy_sampler", HERE / "fixtures" / "h100_rounds12" / "numpy_sampler"]
 
 
 def analyzed(run: Path):

@@ -61,25 +61,17 @@ def test_every_top_level_finding_has_a_saving_or_says_why(path):
 # Pairs whose prediction misses the target, with what is known of why; each must still get the sign right and keep
 # missing the way it is written down here (if it starts passing, move it out of this list).
 KNOWN_MISSES = {
-    # numpy's top-p sort takes 7.4 ms per step in the profiled trace, but removing it saves 5.4 ms unprofiled
-    # (band 3.9-6.2). Not host drift alone: three recaptures on an H100 (2026-12-06, fixture notes) over-predict
-    # the same way, 6.50/6.83/6.90 ms against 5.17/5.45/6.37 measured (+8 to +26%), while the same sampler timed
-    # alone under the same profiler settings runs no slower than without it. Inside the profiled decode loop its C
-    # code runs ~1.3 ms slower than unprofiled; a cost per recorded event cannot model that (it records a dozen).
-    # On the H200 the same pair lands within (numpy_sampler_h200, and two captures not kept).
-    "h200_whatif/numpy_sampler": "over",
-    # The allocator fix (the window's cudaMalloc calls served from the cache: one a step, ~360 µs each for ~415 MiB
-    # with 69 GiB reserved) is priced at 0.43 ms; the twin (the plain decode) saves 0.67 ms in 6 rounds (band
-    # 0.15-1.17). The pathology's only other allocator work is served from the cache (the process made 303 device
-    # allocations, no frees, no retries: meta.json profiled.memory_stats_after).
-    "h200_whatif/fragmentation": "under",
-    # 12 rounds on an H100 (band 0.51-0.61): 0.27 predicted against 0.55 measured. The workspace grows 1 MiB a step
-    # over the whole process, so on the 80 GB card reserved memory reached the device's size (peak 84 GB) and the
-    # allocator freed its cache and retried 3 times (636 cudaFree). The window follows such a flush (7.1-10.4 GB
-    # reserved, ~280 µs a cudaMalloc for ~794 MiB), while the timing phase's session p50s rose from 7.31 to 7.66 ms
-    # and fell back: a cudaMalloc seems to cost more with more memory mapped, and four calls after a flush would
-    # sample the cheap end of that cycle (benchmarks/fragmentation_steps.py bins it; not run yet).
-    "h100_whatif/fragmentation": "under",
+    # The window (decode steps 0-3 of a sequence) holds 2 cudaMalloc and 1 cudaFree in 5 steps, the calls the fix
+    # prices, and the window's median step does not move without them: 0.00. The pathology's cost grows with the
+    # position in a sequence (its buffer grows by 32 MiB a step to 1 GiB at step 32: each step's torch.cat copies it
+    # whole and empty_cache hands the old one back), and the twin is timed over whole sequences: 1.49 ms (band
+    # 0.73-2.00) in 12 rounds, 1.61 in the earlier H200 capture's 6 (band -3.20-1.76: too noisy to check then). A
+    # window at the start of a sequence cannot show what its middle costs.
+    "h100_rounds12/alloc_churn": "under",
+    # position_checksum() (3,000 iterations of Python a step): 0.50 predicted against 0.39 measured (band 0.10-0.54),
+    # inside the band but 28% over. Its captures in h100_stackless, h100_recapture and h100_calibration land within;
+    # one of this pair's 12 rounds measured +4.2 ms (the host's step time switched regimes mid-round).
+    "h100_rounds12/host_work": "over",
     # GPU-bound pairs (the step a CUDA graph at batch 8, 1.76 ms of GPU work in 588 nodes, the unprofiled step
     # 2.0-2.5 ms): the savings are 0.03-0.5 ms, and the criterion (25%, or 1% of the step) asks the replayed world to
     # be right to ~0.05 ms. It is not: the world the probed costs build is 0.1-0.25 ms per step slower than measured
@@ -123,18 +115,25 @@ def test_a_replaced_pair_keeps_its_row_beside_its_recapture():
     """--freeze prices the old capture before it is deleted; the table puts that row beside the recapture's, under
     the same name in the new folder (here a fixture stands for both, under a stand-in folder)."""
     bench = what_if_bench()
-    run = HERE / "fixtures" / "h100_whatif" / "item_sync"
+    run = HERE / "fixtures" / "h100_whatif" / "graph_sync_host_vs_no_item"
     row = bench.row_for(run)
-    frozen = bench.freeze("recaptured", [run], {})
-    entry = frozen["recaptured/item_sync"]
-    assert entry["from"] == "h100_whatif/item_sync" and entry["rounds"] == row["rounds"] == 12
+    older = HERE / "fixtures" / "h100_whatif" / "graph_pageable_upload"  # stands for an older capture of the pair
+    key = "recaptured/graph_sync_host_vs_no_item"
+    frozen = bench.freeze("recaptured", [run], bench.freeze("recaptured", [older], {}))
+    frozen[key] = frozen.pop("recaptured/graph_pageable_upload") + frozen[key]
+    assert bench.freeze("recaptured", [run], frozen)[key][-1]["from"] == "h100_whatif/graph_sync_host_vs_no_item"
+    assert len(bench.freeze("recaptured", [run], frozen)[key]) == 2  # refrozen, not added twice
+    first, entry = frozen[key]
+    assert entry["from"] == "h100_whatif/graph_sync_host_vs_no_item" and entry["rounds"] == row["rounds"] == 12
     assert entry["predicted_ms"] == pytest.approx(row["predicted_ms"], abs=1e-4)
     assert entry["band_ms"] == pytest.approx(list(row["band_ms"]), abs=1e-4)
-    new = dict(row, run="recaptured/item_sync")
+    new = dict(row, run=key)
     lines = bench.table([new, row], frozen).splitlines()
     assert lines[0].endswith("| earlier capture: predicted, measured (band), rounds, verdict |")
-    assert lines[2].endswith(f"| `h100_whatif/item_sync`: {entry['predicted_ms']:.2f}, {entry['measured_ms']:.2f} "
-                             f"({entry['band_ms'][0]:.2f} … {entry['band_ms'][1]:.2f}), 12, {entry['verdict']} |")
+    assert lines[2].endswith(f"; `h100_whatif/graph_sync_host_vs_no_item`: {entry['predicted_ms']:.2f}, "
+                             f"{entry['measured_ms']:.2f} ({entry['band_ms'][0]:.2f} … {entry['band_ms'][1]:.2f}), 12, "
+                             f"{entry['verdict']} |")
+    assert f"| `{first['from']}`: {first['predicted_ms']:.2f}, " in lines[2]  # the older capture first
     assert lines[3].endswith("| – |")
     assert "earlier capture" not in bench.table([row], {})  # no column where no row has an earlier capture
 
@@ -150,18 +149,21 @@ def test_serving_pair_predicts_the_session_the_fixed_engine_serves():
     assert row["measured_ms"] == pytest.approx(16.38, abs=0.01) and row["predicted_ms"] > 0
 
 
-def test_a_fix_that_buys_nothing_is_predicted_to_buy_nothing():
-    # item_sync's .item() in a launch-bound eager decode: measured -0.15 ms per step (band -1.13 … 0.77)
-    report = report_of(HERE / "fixtures" / "h200_whatif" / "item_sync")
+def test_a_fix_that_buys_little_is_predicted_to_buy_little():
+    # item_sync's .item() in a launch-bound eager decode: measured 0.16 ms of a 13.8 ms step (band -0.02 … 0.18, 12
+    # rounds on an H100; -0.15 in the earlier H200 capture's 6 rounds)
+    report = report_of(HERE / "fixtures" / "h100_rounds12" / "item_sync")
     sync = next(f for f in report["findings"] if f["kind"] == "sync" and f["detail"]["kind"] == "item")
     assert sync["what_if"]["saving_ms"] < 0.1
     assert sync["what_if"]["saving_share"] < 0.02
 
 
 def test_graph_fix_is_the_steps_gpu_work_back_to_back():
-    report = report_of(HERE / "fixtures" / "h200_whatif" / "decode_vs_graph")
+    run = HERE / "fixtures" / "h100_rounds12" / "decode_vs_graph"
+    report = report_of(run)
     launch = next(f for f in report["findings"] if f["id"] == "launch_overhead")
-    measured_graph_ms = 1.864  # meta.json fix_comparison.fixed_step_ms: the same decode as a CUDA graph
+    # the same decode as a CUDA graph, timed in the rounds
+    measured_graph_ms = api.read_meta(run / "meta.json").data["fix_comparison"]["fixed_step_ms"]
     assert launch["what_if"]["fixed_step_ms"] == pytest.approx(measured_graph_ms, rel=0.10)
     assert "CUDA graph" in launch["what_if"]["fix"]
 
@@ -261,7 +263,7 @@ def test_a_trace_without_a_capture_is_priced_in_estimated_unprofiled_time():
 
 
 def test_reports_rank_by_saving_and_show_it_beside_the_gpu_idle(tmp_path):
-    report = report_of(HERE / "fixtures" / "h200_whatif" / "print_tensor")
+    report = report_of(HERE / "fixtures" / "h100_rounds12" / "print_tensor")
     md = render_markdown(report)
     lines = md.splitlines()
     at = next(k for k, line in enumerate(lines) if line.startswith("| # |"))
@@ -298,8 +300,8 @@ def test_a_partial_graph_fix_leaves_eager_launches_its_own_trace_prices():
     assert 0 < launch["what_if"]["saving_ms"] < launch["what_if"]["step_ms"]
     region = [f for f in twin["findings"] if f["kind"] == "host_work" and "Torch-Compiled Region" in f["title"]]
     assert region and "compiled region" in region[0]["advice"] and "guard" in region[0]["advice"]
-    bound = report_of(HERE / "fixtures" / "h200_whatif" / "hf_generate")["what_if"]["all_fixed"]["fixed_step_ms"]
-    measured_fix = api.read_meta(HERE / "fixtures" / "h200_whatif" / "hf_generate" / "meta.json") \
+    bound = report_of(HERE / "fixtures" / "h100_rounds12" / "hf_generate")["what_if"]["all_fixed"]["fixed_step_ms"]
+    measured_fix = api.read_meta(HERE / "fixtures" / "h100_rounds12" / "hf_generate" / "meta.json") \
         .data["fix_comparison"]["fixed_step_ms"]
     assert twin["what_if"]["gpu_busy_per_step_ms"] < bound < measured_fix
 
@@ -311,7 +313,7 @@ def test_the_launch_fix_graphs_the_loop_inside_generate_and_leaves_the_prefill_e
     the prefill (1071 kernels) runs once per call and stays eager. Measured: 62.84 -> 26.98 ms per call."""
     from analyzer.views.graphable import inner_loop
     from analyzer.views.whatif import loop_of, measure_for
-    ctx = api.views(api.load(HERE / "fixtures" / "h200_whatif" / "hf_generate", cache=False)).context
+    ctx = api.views(api.load(HERE / "fixtures" / "h100_rounds12" / "hf_generate", cache=False)).context
     model = ctx.replay
     loop = loop_of(ctx, model, measure_for(ctx))
     assert loop is not None and 0.5 < loop.share < 0.9
@@ -319,25 +321,29 @@ def test_the_launch_fix_graphs_the_loop_inside_generate_and_leaves_the_prefill_e
     assert loop.graphed.sum() == 3 * 1047 + 3 * 8 + 3 and loop.first.sum() == loop.segments == 9
     eager = (model.step == 0) & ~loop.graphed
     assert eager.sum() >= 1071  # the prefill forward's kernels, and the rest that runs once per call
-    report = report_of(HERE / "fixtures" / "h200_whatif" / "hf_generate")
+    report = report_of(HERE / "fixtures" / "h100_rounds12" / "hf_generate")
     launch = next(f for f in report["findings"] if f["id"] == "launch_overhead")
     assert "recurs inside each generate" in launch["what_if"]["fix"]
     assert launch["what_if"]["fixed_step_ms"] > report["what_if"]["all_fixed"]["fixed_step_ms"] * 1.5
     # a decode loop whose step is one forward has no loop of its own: the whole step is the graph
-    ctx = api.views(api.load(HERE / "fixtures" / "h200_whatif" / "decode_vs_graph", cache=False)).context
+    ctx = api.views(api.load(HERE / "fixtures" / "h100_rounds12" / "decode_vs_graph", cache=False)).context
     assert inner_loop(ctx.replay, measure_for(ctx).steps, ctx.model.gpu.name[ctx.replay.rows],
                       ctx.replay.launch_ns) is None
 
 
 def test_calibration_uses_the_unprofiled_timing_nearest_the_profiled_window():
     """A capture with timing.compare_fix times this workload again in the comparison's rounds, right before the
-    profiled window: that p50 is the one the profiler's cost is calibrated to (the host drifted from 11.96 ms in
-    the timing phase to 17.43 ms in the rounds); without a comparison, the timing phase's p50."""
-    report = report_of(HERE / "fixtures" / "h200_whatif" / "decode_vs_graph")
+    profiled window: that p50 is the one the profiler's cost is calibrated to (the host drifted from 11.68 ms in
+    the timing phase to 9.37 ms in the rounds); without a comparison, the timing phase's p50."""
+    run = HERE / "fixtures" / "h100_rounds12" / "decode_vs_graph"
+    meta = api.read_meta(run / "meta.json").data
+    rounds, timing = meta["fix_comparison"]["step_ms"], meta["unprofiled"]["step_ms"]["p50"]
+    assert abs(rounds - timing) > 0.1 * rounds  # the two differ: which one is used shows
+    report = report_of(run)
     prof = report["what_if"]["profiler"]
-    assert prof["measured_unprofiled_step_ms"] == pytest.approx(17.4287, abs=1e-3)
+    assert prof["measured_unprofiled_step_ms"] == pytest.approx(rounds, abs=1e-3)
     assert "fix_comparison" in prof["measured_by"]
-    assert report["what_if"]["step_ms"] == pytest.approx(17.43, rel=0.05)
+    assert report["what_if"]["step_ms"] == pytest.approx(rounds, rel=0.05)
     report = report_of(HERE / "fixtures" / "h200" / "decode")
     prof = report["what_if"]["profiler"]
     assert prof["measured_by"] == "meta.json unprofiled.step_ms.p50"
