@@ -12,8 +12,9 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.allocator_records import snapshot_findings, snapshot_section
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
-from analyzer.units import plural, us
+from analyzer.units import fmt_bytes, plural, us
 from analyzer.views.frames import outermost_op
+from analyzer.views.growing import growing_allocations
 from analyzer.views.idle import ALLOCATOR
 from analyzer.views.onetime import NONE
 from analyzer.views.sites import describe_site, site_keys
@@ -147,6 +148,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         "memory_stats_process": {k: process[k] for k in (*STATS_KEYS, "reserved_bytes.all.peak") if k in process}
         if process else None,
         "oom_events": int(mem.is_oom.sum()),
+        "growing": growing_allocations(model, steps),
     }
     findings = _findings(ctx, data, steps)
     snapshot = snapshot_section(ctx)
@@ -175,6 +177,23 @@ def _flushes_before_the_window(data: dict, names: dict) -> str:
             f"{'s' if retries > 1 else ''}{peak_text}: each time the allocator freed its cached segments and "
             f"synchronized the device before retrying ({process.get('num_device_free', 0)} {names['free']} in the "
             "process in all). The window shows none of that, so the saving below prices the window's calls only.")
+
+
+CONCATENATING_OPS = frozenset({"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate", "aten::stack",
+                               "aten::hstack", "aten::vstack"})
+
+
+def _growing_buffers(growing: list[dict], step_word: str) -> str:
+    """What the window's price leaves out where a buffer grows every step (analyzer.views.growing)."""
+    if not growing:
+        return ""
+    g = growing[0]
+    copies = "copies the whole buffer and " if g["op"] in CONCATENATING_OPS else ""
+    return (f" A buffer grows every {step_word} here: {g['op']}'s allocation went from {fmt_bytes(g['first_bytes'])} "
+            f"to {fmt_bytes(g['last_bytes'])} over {g['steps']} {step_word}s ({fmt_bytes(g['growth_per_step_bytes'])} "
+            f"more each). Every {step_word} {copies}needs a block the cache has not held, so later {step_word}s cost "
+            f"more than these: the saving priced here covers the window's sizes only. Allocate the buffer once at its "
+            f"final size and write each {step_word}'s part into a slice of it.")
 
 
 def _reserved_change(ts: np.ndarray, reserved: np.ndarray, start: int, end: int) -> int | None:
@@ -215,7 +234,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
         else:
             title = f"Reserved memory grows inside the loop: {reserves} {names['malloc']}{where}{warm}"
             advice = ADVICE_GROWTH.format(malloc=names["malloc"], conf=conf)
-        advice += _flushes_before_the_window(data, names)
+        advice += _flushes_before_the_window(data, names) + _growing_buffers(data["growing"], ctx.traits.step_word)
         findings.append(Finding(
             kind="allocator_churn", severity=severity_for(data["gpu_idle_us"], window_us), title=title,
             call_site=top["call_site"] if top else None,
@@ -225,7 +244,7 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
                                                  "warmup_calls", "total_us", "gpu_idle_us")}
                               for s in data["sites"][:5]],
                     "call_time_us": round(sum(v["total_us"] for v in data["by_api"].values()), 3),
-                    "memory_stats_delta": stats},
+                    "memory_stats_delta": stats, "growing": data["growing"]},
             occurrences_us=tuple((o[0], o[1]) for o in (top["occurrences"] if top else [])),
             fix=intervals_fix(f"the steady-state {names['malloc']}/{names['free']} calls served from the cache",
                               rt.tid[steady], rt.start_ns[steady], rt.end_ns[steady])))

@@ -66,7 +66,8 @@ KNOWN_MISSES = {
     # position in a sequence (its buffer grows by 32 MiB a step to 1 GiB at step 32: each step's torch.cat copies it
     # whole and empty_cache hands the old one back), and the twin is timed over whole sequences: 1.49 ms (band
     # 0.73-2.00) in 12 rounds, 1.61 in the earlier H200 capture's 6 (band -3.20-1.76: too noisy to check then). A
-    # window at the start of a sequence cannot show what its middle costs.
+    # window at the start of a sequence cannot show what its middle costs; the finding's advice says so, naming the
+    # growing buffer (analyzer/views/growing.py: aten::cat's allocation 32 → 128 MiB over the window's 4 steps).
     "h100_rounds12/alloc_churn": "under",
     # position_checksum() (3,000 iterations of Python a step): 0.50 predicted against 0.39 measured (band 0.10-0.54),
     # inside the band but 28% over. Its captures in h100_stackless, h100_recapture and h100_calibration land within;

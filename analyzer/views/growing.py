@@ -1,0 +1,53 @@
+"""Device allocations that grow step over step at one op: a buffer rebuilt larger every step (torch.cat onto a tensor
+that the step keeps, a cache grown by concatenation). Each step then copies the whole buffer and asks the allocator
+for a block it has not held before, so the step's cost grows with its position: a window of a few steps prices only
+the sizes it saw. Read from the [memory] events (profile_memory=True): per step, the largest device allocation each
+op made; an op whose allocation grew by at least GROWTH_BYTES in every one of at least MIN_STEPS consecutive steps."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from analyzer.trace import TraceModel
+from analyzer.views.steps import StepRanges
+
+MIN_STEPS = 3
+GROWTH_BYTES = 1 << 20  # a step's growth this large is a block the caching allocator may not hold yet
+
+
+def growing_allocations(model: TraceModel, steps: StepRanges) -> list[dict]:
+    """The growing buffers, largest last size first: the op, the consecutive steps it grew in, its first and last
+    sizes there and the mean growth per step."""
+    mem, ops, names = model.memory, model.ops, model.names
+    if len(steps) < MIN_STEPS or not len(mem):
+        return []
+    rows = np.flatnonzero((mem.device_type == 1) & (mem.bytes >= GROWTH_BYTES) & ~mem.is_oom & (mem.op >= 0))
+    step = steps.index_at(mem.ts_ns[rows]) if len(rows) else np.zeros(0, np.int64)
+    rows, step = rows[step >= 0], step[step >= 0]
+    largest: dict[int, dict[int, int]] = defaultdict(dict)  # op name -> step -> its largest allocation there
+    for r, k in zip(rows.tolist(), step.tolist()):
+        code = int(ops.name[mem.op[r]])
+        largest[code][k] = max(largest[code].get(k, 0), int(mem.bytes[r]))
+    out = []
+    for code, sizes in largest.items():
+        run = _longest_growing_run(sizes)
+        if len(run) >= MIN_STEPS:
+            first, last = sizes[run[0]], sizes[run[-1]]
+            out.append({"op": names[code], "steps": len(run), "first_step": steps.names[run[0]],
+                        "first_bytes": first, "last_bytes": last,
+                        "growth_per_step_bytes": (last - first) // (len(run) - 1)})
+    return sorted(out, key=lambda g: -g["last_bytes"])
+
+
+def _longest_growing_run(sizes: dict[int, int]) -> list[int]:
+    """The longest run of consecutive steps in which the size grew by at least GROWTH_BYTES from the step before."""
+    best, run = [], []
+    for k in sorted(sizes):
+        if run and k == run[-1] + 1 and sizes[k] - sizes[run[-1]] >= GROWTH_BYTES:
+            run.append(k)
+        else:
+            run = [k]
+        if len(run) > len(best):
+            best = list(run)
+    return best
