@@ -64,11 +64,11 @@ def tail_op_advice(h: dict, hip: bool) -> str:
     t = h["tail_op"]
     text = (f"The CPU spent {fmt_us(t['in_gap_us'])} of the longest gap inside {t['op']}, up to the launch that "
             f"ended it, with nothing queued on the GPU: the op's own host work before its kernel.")
+    outlier = t["other_median_us"] is not None and t["other_median_us"] * SLOW_CALL <= t["cpu_us"]
     if t["other_median_us"] is not None:
         text += (f" Its other {t['other_calls']} calls in the window took {fmt_us(t['other_median_us'])} each "
                  f"(median)")
-        text += (f"; this one took {fmt_us(t['cpu_us'])}: a cost not paid on every call." if
-                 t["other_median_us"] * SLOW_CALL <= t["cpu_us"] else ".")
+        text += f"; this one took {fmt_us(t['cpu_us'])}: a cost not paid on every call." if outlier else "."
     calls = t["runtime_calls"]
     if calls:
         text += " Inside it, the runtime calls before its launch: " + ", ".join(
@@ -80,12 +80,20 @@ def tail_op_advice(h: dict, hip: bool) -> str:
                  f"before it takes the block back. ProcessGroupNCCL does this to its collectives' tensors unless "
                  f"TORCH_NCCL_AVOID_RECORD_STREAMS=1; fewer, larger collectives (DDP's bucket_cap_mb) leave fewer "
                  f"such blocks.")
-    elif LIBRARY_PICKS_KERNEL.search(t["op"]):
+    elif outlier or not t["other_calls"]:
         libraries = "hipBLASLt / rocBLAS heuristics, MIOpen's search" if hip else \
             "cuBLAS / cuBLASLt heuristics, cuDNN's algorithm search"
-        text += (f" A matrix multiply or convolution choosing its kernel for a shape it has not run yet ({libraries}, "
-                 f"a kernel module loaded on first use) pays this once per shape: run each shape once before "
-                 f"profiling, and keep the number of shapes small (pad or bucket batch and sequence sizes).")
+        first = (f"a first call at a shape it has not run yet (a matrix multiply or convolution choosing its kernel: "
+                 f"{libraries}, a kernel module loaded on first use; paid once per shape: run each shape once before "
+                 f"profiling, and keep the number of shapes small by padding or bucketing batch and sequence sizes)"
+                 if LIBRARY_PICKS_KERNEL.search(t["op"]) else
+                 "a first call on a new path (a new shape, dtype or device, a library's lazy set-up; paid once)")
+        lead = "A call this much slower than the op's others" if outlier else "The op's only call in the window"
+        inside = "no recorded work" if not calls else "little recorded work"
+        text += (f" {lead}, with {inside} inside it, is {first}, or "
+                 f"the thread losing its core for that time (preempted by the OS or another process: "
+                 f"record_shapes=True shows whether it was the first call at its input shapes; py-spy, `perf sched` "
+                 f"or Nsight Systems' CPU sampling show a thread that was not running).")
     else:
         text += (" That is the op's argument checks, output allocation and dispatch, or a library call's set-up: a "
                  "cheaper variant of the op, fewer calls of it, or its work moved off the step's critical path.")

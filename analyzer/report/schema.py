@@ -75,6 +75,7 @@ class Saving(msgspec.Struct):
     window_ms: float | None = None  # that window's replayed span
     replayed_saving_ms: float | None = None  # the replay's own figure, where it was more than the measured step
     # leaves above the GPU's own work (saving_ms is then that headroom)
+    mean_saving_ms: float | None = None  # a fix that changes only some steps and not the median one: per step, mean
 
 
 class Finding(msgspec.Struct):

@@ -77,6 +77,9 @@ def what_if_line(finding: dict, section: dict | None) -> str:
         line = (f"What fixing it buys: with {w['fix']}, the{world} "
                 f"{'step' if w.get('measure') == 'step' else 'window'} goes from {ms(w['step_ms'])} to "
                 f"{ms(w['fixed_step_ms'])} (saves {ms(w['saving_ms'])} {unit}).")
+    if w.get("mean_saving_ms"):
+        line += (f" The fix changes only some of the {section['steps_used']} steps, and the median step is one it "
+                 f"leaves alone: on average it saves {ms(w['mean_saving_ms'])} per step.")
     if w.get("once_ms"):
         line += (f" Paid once: over the whole window ({ms(w['window_ms'])}) a warmed-up run saves "
                  f"{ms(w['once_ms'])}.")

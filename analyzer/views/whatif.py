@@ -23,6 +23,7 @@ from analyzer.views.profiler_cost import ProfilerCost, event_costs
 from analyzer.views.replay import STREAM_BOUND, ReplayModel, Replayed
 
 GRAPH_NODE_GAP_NS = 690  # an H200's gap between a replayed graph's kernels (median, 24-layer decode graph)
+PARTIAL_SAVING_NS = 10_000  # a median saving under this, with a mean saving over it: the fix changes some steps
 MAX_STEPS = 64  # the repeated steps a step time is the median of: the first ones, so that a long trace's replay
 # stops after them
 CHECK_TOLERANCE = 0.05  # the probed costs stand where their world's step is within this share of the measured one
@@ -71,6 +72,10 @@ class Measure:
         if self.kind == "step":
             return float(np.median(replayed.step_gpu_period_ns[self.steps]))
         return float(replayed.gpu_end_ns[model.rows].max() - replayed.gpu_start_ns[model.rows].min())
+
+    def periods(self, replayed: Replayed) -> np.ndarray:
+        """Each measured step's replayed GPU period (kind "step")."""
+        return replayed.step_gpu_period_ns[self.steps].astype(float)
 
 
 def measure_for(ctx) -> Measure:
@@ -234,14 +239,22 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         gap_source += ", less CUPTI's time per node (the probe's)"
     loop = ctx.inner_loop if any(getattr(f, "fix", None) and f.fix.as_graphs for f in findings) else None
 
-    def fixed_step(fix: Fix) -> float:
+    def fixed_step(fix: Fix) -> tuple[float, Replayed | None]:
         if fix.as_graphs and loop is not None:
             return measure.of(model, model.run(loop.removed, (), overhead, cpu=False, until_ns=measure.until_ns,
-                                               gap_ns=loop.gap_ns(model, node_gap)))
+                                               gap_ns=loop.gap_ns(model, node_gap))), None
         if fix.as_graphs and measure.kind == "step":
-            return graph_steps_ns(ctx, model, measure, node_gap)
-        return measure.of(model, model.run(fix.removed, fix.no_wait, overhead, cpu=False,
-                                           until_ns=measure.until_ns))
+            return graph_steps_ns(ctx, model, measure, node_gap), None
+        replayed = model.run(fix.removed, fix.no_wait, overhead, cpu=False, until_ns=measure.until_ns)
+        return measure.of(model, replayed), replayed
+
+    baseline: list[np.ndarray] = []  # the world's step periods, replayed once where a fix needs them
+
+    def mean_saving_ns(replayed: Replayed) -> float:
+        """A fix that shortens only some steps can leave the median step alone: its saving per step on average."""
+        if not baseline:
+            baseline.append(measure.periods(model.run((), (), overhead, cpu=False, until_ns=measure.until_ns)))
+        return float(np.mean(baseline[0] - measure.periods(replayed)))
 
     headroom, floor = _headroom_ns(ctx, model, measure, overhead, target, world_step, cost)
     per_finding: dict[str, dict] = {}
@@ -254,11 +267,17 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
             per_finding[f.id] = {"saving_ms": None, "why": _no_fix_why(f)}
             continue
         fixes.append(fix)
-        after = min(fixed_step(fix), world_step)
+        fixed, fixed_replay = fixed_step(fix)
+        after = min(fixed, world_step)
         replayed = world_step - after
         if not fix.as_graphs:
             after = max(after, world_step - headroom)
         per_finding[f.id] = _saving(world_step, after, fix, measure)
+        if fixed_replay is not None and measure.kind == "step" and len(measure.steps) > 1 and not fix.one_time \
+                and world_step - after < PARTIAL_SAVING_NS:
+            mean = min(mean_saving_ns(fixed_replay), headroom)
+            if mean >= PARTIAL_SAVING_NS:
+                per_finding[f.id]["mean_saving_ms"] = _ms(mean)
         if world_step - after < replayed:
             per_finding[f.id]["replayed_saving_ms"] = _ms(replayed)
         if fix.one_time and measure.kind == "step":  # paid once: what a warmed-up run saves over the window

@@ -11,6 +11,7 @@ import pytest
 from analyzer import api
 from analyzer.report.markdown import render_markdown
 from conftest import report_of
+from rawtrace import raw_events
 
 HERE = Path(__file__).resolve().parents[1]
 REPO = HERE.parent
@@ -378,3 +379,26 @@ def test_a_capture_with_a_probe_is_priced_with_its_own_costs(path):
         assert "less CUPTI's time per node" in report["what_if"]["graph_node_gap_source"]
     assert report["what_if"]["basis"] == "unprofiled"
     assert prof["probe_step_ms"] < report["what_if"]["profiled_step_ms"]
+
+
+def test_a_fix_that_changes_only_some_steps_says_what_it_saves_on_average():
+    """alloc_churn's window (H100, 12 rounds): the steady-state cudaMalloc/cudaFree calls fall in a minority of the
+    measured steps, so the median step does not move without them (saving 0), while the steps that hold them do:
+    the finding gives the mean saving per step, and the report says why the median one is 0."""
+    run = HERE / "fixtures" / "h100_rounds12" / "alloc_churn"
+    raw = raw_events(run / "rank0.trace.json.gz")
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("cat") == "user_annotation"
+             and e["name"].startswith("decode_step#")]
+    calls = [e for e in raw if e.get("name") in ("cudaMalloc", "cudaFree")]
+    measured = steps[:-1]  # the what-if's steps: all but the last, whose period is only its own span
+    holding = {k for k, (a, b) in enumerate(measured) for e in calls if a <= e["ts"] < b}
+    assert 0 < len(holding) < len(measured) / 2
+    report = report_of(run)
+    assert report["what_if"]["steps_used"] == len(measured)
+    churn = next(f for f in report["findings"] if f["id"] == "allocator")
+    w = churn["what_if"]
+    assert w["saving_ms"] < 0.01 < w["mean_saving_ms"] < sum(e["dur"] for e in calls) / 1e3
+    assert (f"The fix changes only some of the {report['what_if']['steps_used']} steps, and the median step is one "
+            f"it leaves alone: on average it saves") in render_markdown(report)
+    steady = next(f for f in report["findings"] if f["kind"] == "launch_gap" and not f.get("parent"))
+    assert "mean_saving_ms" not in steady["what_if"]  # a fix that moves the median step needs no average
