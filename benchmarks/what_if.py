@@ -33,7 +33,7 @@ from analyzer import api  # noqa: E402
 from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
-PAIR_DIRS = ("h100_rounds12", "h200_whatif", "h100_whatif", "h100_stackless", "h100_recapture",
+PAIR_DIRS = ("h100_rounds12", "h100_whatif", "h100_stackless", "h100_recapture",
              "h100_graph_timing", "h100_calibration")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
