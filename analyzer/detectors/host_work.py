@@ -125,35 +125,28 @@ def _tail_op(ctx: AnalysisContext, piece: int) -> dict | None:
     return {"op": ctx.model.names[ops.name[row]], "in_gap_us": us(hi - int(ops.start_ns[row])),
             "cpu_us": us(int(ops.end_ns[row] - ops.start_ns[row])), "other_calls": int(len(others)),
             "other_median_us": us(float(np.median(durations))) if len(others) else None,
-            "runtime_calls": _calls_inside(ctx, row, int(ops.start_ns[row]), hi),
-            "allocator_event_queries": _allocator_event_queries(ctx, row, hi)}
+            **_calls_inside(ctx, row, hi)}
 
 
-def _allocator_event_queries(ctx: AnalysisContext, op: int, hi: int) -> int:
-    """Event queries made inside an allocation op (aten::empty*) under the op before hi: the caching allocator
-    checking the events of blocks that another stream used (its process_events before each allocation)."""
+def _calls_inside(ctx: AnalysisContext, op: int, hi: int) -> dict:
+    """The runtime calls the op's thread made from the op's start to hi: by API, launches aside, most time first (at
+    most three, each of at least a microsecond); and how many were event queries inside an allocation op
+    (aten::empty*), the caching allocator checking the events of blocks another stream used before it reuses them."""
     rt, ops, names = ctx.model.runtime, ctx.model.ops, ctx.model.names
-    if not len(rt):
-        return 0
-    rows = np.flatnonzero((rt.pid == ops.pid[op]) & (rt.tid == ops.tid[op]) & (rt.start_ns >= ops.start_ns[op])
-                          & (rt.start_ns < hi) & (rt.op >= 0))
-    rows = rows[[names[rt.name[r]] in EVENT_QUERY for r in rows.tolist()]]
-    return sum(1 for r in rows.tolist() if ALLOCATION_OP.match(names[ops.name[rt.op[r]]]))
-
-
-def _calls_inside(ctx: AnalysisContext, op: int, lo: int, hi: int) -> list[dict]:
-    """The runtime calls (launches aside) the op's thread made in [lo, hi), by API, most time first (at most
-    three, each of at least a microsecond)."""
-    rt, ops, names = ctx.model.runtime, ctx.model.ops, ctx.model.names
-    inside = np.flatnonzero((rt.pid == ops.pid[op]) & (rt.tid == ops.tid[op]) & (rt.start_ns >= lo)
+    inside = np.flatnonzero((rt.pid == ops.pid[op]) & (rt.tid == ops.tid[op]) & (rt.start_ns >= ops.start_ns[op])
                             & (rt.start_ns < hi)) if len(rt) else np.zeros(0, np.int64)
-    inside = inside[[names[rt.name[r]] not in apis.LAUNCH for r in inside.tolist()]]
     totals: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    polls = 0
     for r in inside.tolist():
-        totals[int(rt.name[r])][0] += 1
-        totals[int(rt.name[r])][1] += int(min(rt.end_ns[r], hi) - rt.start_ns[r])
+        api = names[rt.name[r]]
+        polls += api in EVENT_QUERY and rt.op[r] >= 0 and bool(ALLOCATION_OP.match(names[ops.name[rt.op[r]]]))
+        if api not in apis.LAUNCH:
+            totals[int(rt.name[r])][0] += 1
+            totals[int(rt.name[r])][1] += int(min(rt.end_ns[r], hi) - rt.start_ns[r])
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:3]
-    return [{"api": names[code], "count": n, "us": us(ns)} for code, (n, ns) in ranked if ns >= 1000]
+    return {"runtime_calls": [{"api": names[code], "count": n, "us": us(ns)} for code, (n, ns) in ranked
+                              if ns >= 1000],
+            "allocator_event_queries": int(polls)}
 
 
 def _host_memory(ctx: AnalysisContext, found: list[tuple[int, int]]) -> dict | None:
