@@ -4,7 +4,11 @@ A small conv + transformer encoder, built and moved to the GPU before profiling;
 the window holds the process's first three forwards (ProfilerStep#0..2), so the
 first one pays for lazy CUDA module loading and cuDNN autotuning.
 
-    python3 cold_first_forward.py trace.json.gz
+    python3 cold_first_forward.py trace.json.gz [--cuda-only]
+
+--cuda-only records the CUDA activity alone (no CPU ops, no Python stacks), and starts the profiler before the
+process's first CUDA call: the model and the images go to the GPU inside the window, so CUDA context creation,
+the first allocations and the first forwards' set-up are all in it.
 """
 import gzip
 import os
@@ -48,18 +52,23 @@ class ConvEncoder(nn.Module):
 
 def main():
     out_path = sys.argv[1]
+    cuda_only = "--cuda-only" in sys.argv[2:] and device == "cuda"
     torch.manual_seed(0)
-    model = ConvEncoder().to(device).eval()
-    images = torch.randn(8, 3, 32, 32).to(device)
+    model = ConvEncoder().eval()
+    images = torch.randn(8, 3, 32, 32)
+    if not cuda_only:
+        model, images = model.to(device), images.to(device)
     print("CUDA_MODULE_LOADING =", os.environ.get("CUDA_MODULE_LOADING", "(unset: lazy)"))
 
-    activities = [ProfilerActivity.CPU]
+    activities = [] if cuda_only else [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
     # No wait/warm-up steps: the very first forward is the point.
     # (A schedule is what makes the profiler mark ProfilerStep#N.)
     with profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=3, repeat=1),
-                 record_shapes=True, with_stack=True, profile_memory=True) as prof:
+                 record_shapes=not cuda_only, with_stack=not cuda_only, profile_memory=not cuda_only) as prof:
+        if cuda_only:  # the process's first CUDA calls, inside the window
+            model, images = model.to(device), images.to(device)
         with torch.inference_mode():
             for i in range(3):
                 if i:
