@@ -15,6 +15,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Callable, Sequence
 
+import msgspec
 import numpy as np
 
 from analyzer.arrays import distinct
@@ -31,7 +32,7 @@ from .parse import (
 
 MODELLED_CATEGORIES = (
     "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver", "kernel",
-    "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "overhead", "cpu_instant_event",
+    "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "overhead", "cpu_instant_event", "trace",
 )
 CATEGORY_CODE = {cat: code for code, cat in enumerate(MODELLED_CATEGORIES, start=1)}  # 0: not modelled
 # Older kineto (torch 1.8/1.9) filed record_function ranges, ProfilerStep#N included, as "Operator" like ops: such
@@ -86,6 +87,8 @@ _ARGS_BY_CATEGORY = tuple(
         (("python_function",), ("python_id", "python_parent_id")),
     )
 )
+_JSON_BLANKS = b" \t\r\n"
+_SHAPES_GROUP = 0  # the ops' group: their Input Dims go to the string table too
 _ARGS_GROUP_OF_CATEGORY = np.full(LEGACY_OPERATOR + 1, -1, dtype=np.int8)
 for _group, (_codes, _) in enumerate(_ARGS_BY_CATEGORY):
     _ARGS_GROUP_OF_CATEGORY[_codes] = _group
@@ -305,6 +308,7 @@ class EventColumns:
     def __init__(self, *, lenient: bool) -> None:
         self.lenient = lenient
         self.strings = StringTable()
+        self.shapes = StringTable()  # Input Dims texts: appended to the names when the model is built
         self.threads = ThreadIds()
         self.events = 0
         self.slices = 0
@@ -397,7 +401,20 @@ class EventColumns:
                         if bad:
                             self._count_odd(bad[0], category[rows][missing], "args.external id")
                 columns[f"args{group}_{_ARGS_COLUMNS[field]}"] = values
+            if group == _SHAPES_GROUP:
+                columns[f"args{group}_shape"] = self._shape_codes(args)
         return columns
+
+    def _shape_codes(self, args: list) -> np.ndarray:
+        """Per op: the code (in the string table) of its Input Dims as written, -1 where it has none."""
+        if self.lenient:
+            dims = [None if a.input_dims is None else msgspec.json.encode(a.input_dims) for a in args]
+        else:
+            dims = [bytes(d).translate(None, _JSON_BLANKS) or None for d in map(attrgetter("input_dims"), args)]
+        codes = self.shapes.codes([d.decode() for d in dims if d is not None], _same, lenient=False)
+        out = np.full(len(dims), MISSING, np.int32)
+        out[[d is not None for d in dims]] = codes
+        return out
 
     def _count_odd(self, odd: np.ndarray, category: np.ndarray, key: str) -> None:
         """Count values that are there but not integers (read as missing), by category."""
@@ -422,7 +439,8 @@ class EventColumns:
     def export(self) -> dict:
         """All columns, the name table and the event count, for extend() in another process."""
         exported = {name: self.column(name) for name in list(self._parts)}
-        return dict(exported, names=self.strings.strings(), events=self.events, slices=self.slices,
+        return dict(exported, names=self.strings.strings(), shapes=self.shapes.strings(), events=self.events,
+                    slices=self.slices,
                     lost_precision=self.lost_precision, thread_names=self.threads.export(), foreign=dict(self.foreign),
                     problems=dict(self.problems), comm_args=self.comm_args)
 
@@ -430,6 +448,7 @@ class EventColumns:
         """Append the columns another EventColumns exported: the events that follow this one's in the file."""
         exported = dict(exported)
         codes = self.strings.codes(exported.pop("names"), _same, lenient=False)
+        shape_codes = np.r_[self.shapes.codes(exported.pop("shapes"), _same, lenient=False), MISSING]  # [-1]: none
         thread_names = exported.pop("thread_names")
         self.foreign.update(exported.pop("foreign"))
         self.problems.update(exported.pop("problems"))
@@ -442,6 +461,8 @@ class EventColumns:
                 values = values + self.slices
             elif name == "name":
                 values = codes[values]
+            elif name == f"args{_SHAPES_GROUP}_shape":
+                values = shape_codes[values]
             elif name in _THREAD_COLUMNS:
                 values = self.threads.adopt(thread_names, values)
             if name not in ("events", "slices"):
@@ -468,7 +489,7 @@ class _Builder:
         self.notes: Counter[str] = Counter()  # what is worth knowing but not wrong
         self.foreign = columns.foreign
         self.comm_args = columns.comm_args
-        self.strings, self.threads = columns.strings, columns.threads
+        self.strings, self.threads, self.shapes = columns.strings, columns.threads, columns.shapes
         self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
         self.category = columns.column("category")
         self.lost_precision = columns.lost_precision
@@ -488,6 +509,8 @@ class _Builder:
             for field in fields:
                 column = _ARGS_COLUMNS[field]
                 self.args.setdefault(column, []).append((group, columns.column(f"args{group}_{column}")))
+            if group == _SHAPES_GROUP:
+                self.args["shape"] = [(group, columns.column(f"args{group}_shape"))]
         self.memory_columns = {name: columns.column(name) for name in (*_MEMORY_COLUMNS, "memory_is_oom")}
         for name in ("memory_pid", "memory_tid"):
             self.memory_columns[name] = self.threads.canonical(self.memory_columns[name])
@@ -535,7 +558,16 @@ class _Builder:
         rows = self._rows("ops", "cpu_op", "user_annotation")
         columns = self._shared(rows, "start_ns", "end_ns", "pid", "tid", "name", "external_id")
         columns["is_annotation"] = self.category[rows] == CATEGORY_CODE["user_annotation"]
+        shape = self._values("shape", rows).astype(np.int32)
+        # the shapes' texts follow the names in the model's string table
+        columns["shape"] = np.where(shape >= 0, shape + len(self.strings.strings()), MISSING).astype(np.int32)
         return columns
+
+    def _profiler_span(self) -> tuple[int, int] | None:
+        """(start, end) ns of the profiler's own span(s) (`PyTorch Profiler (N)`, category Trace): the window it
+        recorded; None where the trace has none."""
+        rows = self._rows("spans", "trace")
+        return (int(self.start[rows].min()), int(self.end[rows].max())) if len(rows) else None
 
     def _frames(self) -> dict[str, np.ndarray]:
         rows = self._rows("frames", "python_function")
@@ -593,10 +625,11 @@ class _Builder:
         self.slice_rows = self.memory_rows = self.duration = self.dur_valid = None  # needed only before this
         ops, frames, runtime, gpu = self._ops(), self._frames(), self._runtime(), self._gpu()
         memory, gpu_annotations, overhead = self._memory(), self._gpu_annotations(), self._overhead()
+        span = self._profiler_span()
         self._drop_event_columns()
         self._join_threads(ops, frames, runtime, memory)
         self._join_correlations(runtime, gpu)
-        names = self.strings.strings()
+        names = self.strings.strings() + self.shapes.strings()
         steps = self._steps(ops, names)
         del frames["parent_python_id"]
         return TraceModel(
@@ -605,7 +638,7 @@ class _Builder:
             gpu_annotations=GpuAnnotations(**gpu_annotations), memory=Memory(**memory),
             overhead=Overhead(**overhead), steps=Steps(**steps),
             warnings=dict(self.warnings), synthetic_ids=self.threads.names(), notes=dict(self.notes),
-            foreign_activity=dict(sorted(self.foreign.items())), comm_args=self.comm_args,
+            foreign_activity=dict(sorted(self.foreign.items())), comm_args=self.comm_args, profiler_span_ns=span,
         )
 
     def _drop_event_columns(self) -> None:

@@ -19,8 +19,9 @@ import numpy as np
 from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, Steps, TraceModel
 
 # 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay launched before
-# the window; 5: a step label of any characters but "#"; 6: comm_args; 7: serving engines' step annotations
-FORMAT = 7
+# the window; 5: a step label of any characters but "#"; 6: comm_args; 7: serving engines' step annotations;
+# 8: ops' input shapes, the profiler's span
+FORMAT = 8
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
           "memory": Memory, "overhead": Overhead, "steps": Steps}
@@ -58,7 +59,9 @@ def load_cached(trace: Path) -> TraceModel | None:
         return TraceModel(path=str(trace), metadata=manifest["metadata"], names=names, **tables,
                           warnings=manifest["warnings"], notes=manifest["notes"],
                           foreign_activity=manifest["foreign_activity"], comm_args=comm_args,
-                          synthetic_ids={int(k): v for k, v in manifest["synthetic_ids"].items()})
+                          synthetic_ids={int(k): v for k, v in manifest["synthetic_ids"].items()},
+                          profiler_span_ns=tuple(manifest["profiler_span_ns"]) if manifest["profiler_span_ns"]
+                          else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -69,7 +72,8 @@ def save_cached(trace: Path, model: TraceModel) -> bool:
               for table in TABLES for f in dataclasses.fields(getattr(model, table))}
     manifest = {"key": fingerprint(trace), "metadata": model.metadata, "warnings": model.warnings,
                 "notes": model.notes, "foreign_activity": model.foreign_activity,
-                "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()}}
+                "synthetic_ids": {str(k): v for k, v in model.synthetic_ids.items()},
+                "profiler_span_ns": model.profiler_span_ns}
     return write_array_folder(cache_folder(trace), arrays, {"names.json": json.dumps(list(model.names)),
                                                             "comm_args.json": json.dumps(model.comm_args, default=str),
                                                             "manifest.json": json.dumps(manifest, default=str)})

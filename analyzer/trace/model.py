@@ -52,6 +52,7 @@ class Ops(Table):
     parent: np.ndarray  # innermost enclosing op (annotations included) on the same thread
     depth: np.ndarray  # int32, 0 at the root
     frame: np.ndarray  # innermost python frame on the same thread enclosing the op
+    shape: np.ndarray  # int32 code into names of the op's Input Dims as written (record_shapes=True), -1 none
 
 
 @dataclass(frozen=True, repr=False)
@@ -168,6 +169,8 @@ class TraceModel:
     foreign_activity: dict[str, int] = field(default_factory=dict)
     # External id -> args of each record_param_comms op (a collective's name, Seq, process group, sizes, dtype).
     comm_args: dict[int, dict] = field(default_factory=dict)
+    # (start, end) ns of the profiler's own span (`PyTorch Profiler (N)`): the window it recorded, None if absent
+    profiler_span_ns: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         tables = ("ops", "frames", "runtime", "gpu", "gpu_annotations", "memory", "overhead", "steps")

@@ -102,6 +102,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     nbytes: Id = _arg("bytes")  # ROCm runtime calls write it as a decimal string ("128")
     stream: Id = _arg("stream", NO_VALUE)  # ROCm runtime events write it as a hex string
     cbid: int = _arg("cbid")
+    # record_shapes: the op's input shapes, kept as their JSON text (no list per op is built)
+    input_dims: msgspec.Raw = _arg("Input Dims", msgspec.Raw(b""))
 
 
 NO_ARGS = Args()
@@ -180,6 +182,7 @@ class LenientArgs(msgspec.Struct, gc=False, frozen=True):
     nbytes: Any = _arg("bytes", None)
     stream: Any = _arg("stream", None)
     cbid: Any = _arg("cbid", None)
+    input_dims: Any = _arg("Input Dims", None)
 
 
 class LenientEvent(msgspec.Struct, gc=False):
@@ -509,21 +512,25 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
         for _ in range(_SPLIT_RETRIES):
             if end - start + 2 > len(buffer) and not isinstance(text, mmap.mmap):
                 buffer = bytearray(end - start + 2)
-            try:
-                with _as_array(text, start, end, buffer) as chunk:
+            # the events are handed out while the chunk is held: their Raw fields (Input Dims) point into it, and
+            # the caller drops them before asking for the next chunk
+            with _as_array(text, start, end, buffer) as chunk:
+                try:
                     events = decode_chunk(chunk)
-                break
-            except msgspec.ValidationError:
-                raise NotChunkable from None
-            except msgspec.DecodeError:  # split inside a string, perhaps: try the next split point
-                if end == array.end:
+                except msgspec.ValidationError:
                     raise NotChunkable from None
-                end, next_start = split_after(text, next_start, array.end)
-            except RecursionError:
-                raise NotChunkable from None
+                except msgspec.DecodeError:  # split inside a string, perhaps: try the next split point
+                    if end == array.end:
+                        raise NotChunkable from None
+                    end, next_start = split_after(text, next_start, array.end)
+                    continue
+                except RecursionError:
+                    raise NotChunkable from None
+                yield events, start, end
+                del events
+            break
         else:
             raise NotChunkable
-        yield events, start, end
         if end == array.end:
             return
         start = next_start
