@@ -25,21 +25,61 @@ def count_named(events, name):
     return sum(1 for e in events if e.get("name") == name and e.get("ph") == "X")
 
 
+HOST_CATEGORIES = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
+                   "operator", "runtime", "driver", "python", "user annotation"}
+LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
+
+
 def gpu_utilization(events):
-    """busy / window with busy = union over all streams of kernel, memcpy and memset intervals (ns)."""
-    spans = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events if is_gpu_work(e))
-    if not spans:
+    """busy / window, summed over devices. busy = union over all streams of a device's kernel, memcpy and memset
+    intervals (ns); its window = the window the user profiled: from the first to the last host event (ops, Python
+    frames, runtime calls) of the processes that launched its work (linked by args.correlation), clipped to the
+    profiler's own span (cat Trace), widened to the device's own first and last work; the host side counts at an
+    edge only where the work at that edge has its launch call in the trace, and only where the device's clock keeps
+    up with the host's."""
+    slices = [e for e in events if e.get("ph") == "X" and "dur" in e and _ns(e["dur"]) >= 0]
+    work = [e for e in slices if is_gpu_work(e)]
+    if not work:
         return None, 0
-    busy, cur_s, cur_e = 0, spans[0][0], spans[0][1]
-    for s, e in spans[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
-    window = max(e for _, e in spans) - spans[0][0]
-    return busy / window, window
+    launches = {(e.get("args") or {}).get("correlation"): e for e in slices
+                if str(e.get("cat", "")).lower() in LAUNCH_CATEGORIES}
+    launches.pop(None, None)
+    spans = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in slices if str(e.get("cat", "")) == "Trace"]
+    busy_total = window_total = 0
+    for device in sorted({e["pid"] for e in work}, key=str):
+        mine = [e for e in work if e["pid"] == device]
+        intervals = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in mine)
+        busy, cur_s, cur_e = 0, intervals[0][0], intervals[0][1]
+        for s, e in intervals[1:]:
+            if s > cur_e:
+                busy += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        busy += cur_e - cur_s
+        first = min(intervals)[0]
+        last = max(e for _, e in intervals)
+        linked = [launches.get((e.get("args") or {}).get("correlation")) for e in mine]
+        pids = {str(c["pid"]) for c in linked if c is not None}
+        host = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in slices
+                if str(e.get("cat", "")).lower() in HOST_CATEGORIES and str(e.get("pid")) in pids]
+        lo, hi = first, last
+        # a device whose first work starts over a millisecond after its launch returned runs on a clock behind the
+        # host's: its window stays its own first to last work
+        first_row = min(range(len(mine)), key=lambda i: (_ns(mine[i]["ts"]), i))
+        call = linked[first_row]
+        if host and call is not None and _ns(mine[first_row]["ts"]) - _ns(call["ts"]) - _ns(call["dur"]) < 1_000_000:
+            h_lo, h_hi = min(s for s, _ in host), max(e for _, e in host)
+            if spans:
+                h_lo, h_hi = max(h_lo, min(s for s, _ in spans)), min(h_hi, max(e for _, e in spans))
+            last_row = max(range(len(mine)), key=lambda i: (_ns(mine[i]["ts"]) + _ns(mine[i]["dur"]), -i))
+            if h_hi > h_lo and linked[first_row] is not None:
+                lo = min(lo, h_lo)
+            if h_hi > h_lo and linked[last_row] is not None:
+                hi = max(hi, h_hi)
+        busy_total += busy
+        window_total += hi - lo
+    return busy_total / window_total, window_total
 
 
 def _ns(value):

@@ -18,7 +18,7 @@ from analyzer.views import apis
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
-from analyzer.views.sites import KIND_NONE, KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
+from analyzer.views.sites import KIND_OP, describe_site, frames_key, op_key, piece_site_keys
 from analyzer.views.timeline import merge_intervals
 from analyzer.views.traits import TraceTraits
 from analyzer.views.whatif import Fix
@@ -51,13 +51,13 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     model, idle = ctx.model, ctx.idle
     if not len(sel):
         return [], []
-    rows = idle.row[sel]
+    rows = ctx.gaps.thread_row[idle.gap[sel]]  # the launching thread's (the tail's: the last work's) runtime rows
     lo, hi = idle.start_ns[sel], idle.end_ns[sel]
     middle = lo + (hi - lo) // 2
     at_middle = _innermost_at(ctx, rows, middle)
     op_at_middle = _outer_op_at(ctx, rows, middle)
-    launch_keys = _launch_site_keys(ctx, rows).tolist()
-    tids = model.runtime.tid[ctx.gaps.launch[idle.gap[sel]]]
+    launch_keys = piece_site_keys(ctx, sel).tolist()
+    tids = model.runtime.tid[rows]
     groups: dict[int, list[int]] = defaultdict(list)
     work: dict[int, set] = defaultdict(set)
     owners: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (user frame, piece start, piece end)
@@ -275,17 +275,6 @@ def _outer_op_at(ctx: AnalysisContext, rows: np.ndarray, t_ns: np.ndarray) -> np
     ops = ctx.model.ops
     found = _enclosing_at(ctx, ops, np.flatnonzero(~ops.is_annotation.astype(bool)), rows, t_ns)
     return np.where(found >= 0, ctx.outermost_ops[np.maximum(found, 0)], -1) if len(ops) else found
-
-
-def _launch_site_keys(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
-    """Site keys of the runtime rows (a piece with none, row -1, gets the empty site)."""
-    rt = ctx.model.runtime
-    keys = np.full(len(rows), KIND_NONE << 60, dtype=np.int64)
-    has = np.flatnonzero(rows >= 0)
-    if len(has):
-        at = rows[has]
-        keys[has] = site_keys(ctx, rt.frame[at], rt.op[at], rt.name[at])
-    return keys
 
 
 def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: float,

@@ -175,9 +175,10 @@ def _graph_estimate(ctx: AnalysisContext, per_step: list[dict]) -> dict | None:
         graph_us, node_gap_us = graph_steps_ns(ctx, ctx.replay, measure, gap_ns) / 1e3, gap_ns / 1e3
         basis = "the launch finding's replay"
     else:  # a graph takes out the launch gaps and those between queued work; the step's syncs and waits stay
-        freed = float(np.median([s["idle_by_cause_us"]["cpu_launch"] + s["idle_by_cause_us"]["queued"]
-                                 for s in repeated]))
-        kept = float(np.median([s["idle_us"] for s in repeated])) - freed
+        # (the window's head and tail lie outside the step's GPU period: not in it, not freed from it)
+        freed = float(np.median([sum(s["idle_by_cause_us"][c] - s.get("window_edge_us", {}).get(c, 0.0)
+                                     for c in ("cpu_launch", "queued")) for s in repeated]))
+        kept = float(np.median([s["idle_us"] - sum(s.get("window_edge_us", {}).values()) for s in repeated])) - freed
         graph_us = max(busy, eager_us - freed)
         basis = "the step's launch and queued gaps taken out" + (
             f"; its other {fmt_us(kept)} of idle kept ({_kept_causes(repeated)})" if kept >= 1.0 else "")

@@ -32,12 +32,12 @@ def window_start_us(report: dict) -> float:
 
 
 def _origin(report: dict) -> tuple[float, str]:
-    """Time zero of the x axis and its name: the GPU window start, else the first memory sample, else the
-    first step (CPU-only traces)."""
+    """Time zero of the x axis and its name: the window's start (its host's first event, or the first GPU work),
+    else the first memory sample, else the first step (CPU-only traces)."""
     devices = (report.get("timeline") or {}).get("devices") or {}
-    starts = [iv[0] for d in devices.values() for key in ("busy_us", "idle_us") for iv in d.get(key, [])[:1]]
+    starts = [iv[0] for d in devices.values() for key in ("busy_us", "idle_us") for iv in d.get(key, [])]
     if starts:
-        return min(starts), "GPU window start"
+        return min(starts), "window start"
     mem = ((report.get("allocator") or {}).get("timeline") or {}).values()
     starts = [m["ts_us"][0] for m in mem if m.get("ts_us")]
     if starts:

@@ -61,7 +61,7 @@ class HostDuring:
 def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring:
     pieces = np.sort(np.asarray(pieces, np.int64))
     rt = model.runtime
-    launch = gaps.launch[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
+    launch = gaps.thread_row[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
     known = launch >= 0
     pieces, launch = pieces[known], launch[known]
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
@@ -205,7 +205,8 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
     driver = np.array([n in DRIVER_LAUNCH for n in names], bool)
     built = np.array([bool(BUILT_KERNEL.match(n)) for n in names], bool)
     wait_before = np.zeros(len(gpu), np.int64)  # the longest idle gap that each GPU row ended
-    np.maximum.at(wait_before, gaps.next_gpu, gaps.end_ns - gaps.start_ns)
+    ends = gaps.next_gpu >= 0  # (the window's tail ends no work)
+    np.maximum.at(wait_before, gaps.next_gpu[ends], (gaps.end_ns - gaps.start_ns)[ends])
     # the step that launched each GPU row (by time where the trace has no steps: each launch its own "step")
     linked = gpu.launch >= 0
     launched_at = np.where(linked, rt.start_ns[np.maximum(gpu.launch, 0)], gpu.start_ns) if len(rt) else gpu.start_ns
@@ -221,7 +222,7 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             why.append(("cold step", f"in {steps.names[k]}, a cold step (later steps have no such wait)"))
             continue
         dur = idle.end_ns[piece] - idle.start_ns[piece]
-        if gaps.end_ns[g] - idle.end_ns[piece] > dur:  # only untraced time that (nearly) runs up to the next work
+        if nxt < 0 or gaps.end_ns[g] - idle.end_ns[piece] > dur:  # (the window's tail: no work follows it)  # only untraced time that (nearly) runs up to the next work
             continue
         # the same kernel's runs launched in later steps: where one waited as long (a tenth or more), the wait
         # recurs and is not one-time; where none did, the first step's wait was a first-run cost

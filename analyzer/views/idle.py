@@ -54,11 +54,23 @@ class Gaps:
     start_ns: np.ndarray
     end_ns: np.ndarray
     device: np.ndarray
-    next_gpu: np.ndarray  # the GPU row that ends the gap
-    launch: np.ndarray  # the runtime row that launched it, -1 unknown
+    next_gpu: np.ndarray  # the GPU row that ends the gap, -1 for the window's tail (no work ends it)
+    launch: np.ndarray  # the runtime row that launched it, -1 unknown (and for the tail)
+    thread_row: np.ndarray  # the runtime row on whose thread the gap is carved: its launch; the tail's, the last work's
+    prev_gpu: np.ndarray  # the GPU row whose end opened the gap, -1 for the window's head (no work before it)
 
     def __len__(self) -> int:
         return len(self.start_ns)
+
+    @property
+    def head(self) -> np.ndarray:
+        """Whether each gap is (part of) the window's head: from the host's first event to the first GPU work."""
+        return self.prev_gpu < 0
+
+    @property
+    def tail(self) -> np.ndarray:
+        """Whether each gap is the window's tail: after the last GPU work, until the host's last recorded event."""
+        return self.next_gpu < 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,12 +111,17 @@ def collect_gaps(model: TraceModel, timeline: GpuTimeline) -> Gaps:
     devices = timeline.devices
     if not devices:
         empty = np.zeros(0, np.int64)
-        return Gaps(empty, empty, empty, empty, empty)
+        return Gaps(empty, empty, empty, empty, empty, empty, empty)
     start = np.concatenate([d.idle_starts for d in devices])
     next_gpu = np.concatenate([d.idle_next_gpu for d in devices]).astype(np.int64)
-    launch = model.gpu.launch[next_gpu] if len(next_gpu) else np.zeros(0, np.int64)
+    prev_gpu = np.concatenate([d.idle_prev_gpu for d in devices]).astype(np.int64)
+    launch_of = model.gpu.launch
+    launch = np.where(next_gpu >= 0, launch_of[np.maximum(next_gpu, 0)], -1) if len(next_gpu) else \
+        np.zeros(0, np.int64)
+    thread_row = np.where(next_gpu >= 0, launch, launch_of[np.maximum(prev_gpu, 0)]) if len(next_gpu) else launch
     return Gaps(start, np.concatenate([d.idle_ends for d in devices]),
-                np.concatenate([np.full(len(d.idle_starts), d.device) for d in devices]), next_gpu, launch)
+                np.concatenate([np.full(len(d.idle_starts), d.device) for d in devices]), next_gpu, launch,
+                thread_row, prev_gpu)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,12 +156,16 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op
     # work launched before the profiling window began (its correlation id is below every recorded call's) was
     # queued before any gap in the window
     calls = rt.correlation[rt.correlation >= 0]
-    corr = model.gpu.correlation[gaps.next_gpu] if len(gaps) else np.zeros(0, np.int64)
+    tail = gaps.tail
+    corr = np.where(tail, -1, model.gpu.correlation[np.maximum(gaps.next_gpu, 0)]) if len(gaps) else \
+        np.zeros(0, np.int64)
     queued |= ~known & (corr >= 0) & (corr < (calls.min() if len(calls) else 0))
-    remainder = np.where(known, CPU_LAUNCH, UNKNOWN).astype(np.int8)
+    # the tail: the host's time after the last work, carved on the thread that launched it (the rest is its own
+    # time, as between two launches)
+    remainder = np.where(known | tail, CPU_LAUNCH, UNKNOWN).astype(np.int8)
     remainder[queued] = QUEUED
     remainder[known & ~queued & _moved(model, timeline, launch)] = THREAD_HOP
-    carved = known & ~queued
+    carved = (known & ~queued) | (tail & (gaps.thread_row >= 0))
     fr = model.frames
     # one call, so that equal threads get equal keys across the tables
     ops = model.ops
@@ -155,9 +176,44 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op
                                                                    graphs.capture_tid])
     op_key = np.full(len(ops), -1, np.int64)  # only the ops that cut pieces need a key
     op_key[layer_ops] = some_op_key
-    gap_key = np.where(carved, rt_key[safe] if len(rt) else -1, -1)
+    gap_key = np.where(carved, rt_key[np.maximum(gaps.thread_row, 0)] if len(rt) else -1, -1)
     layers = _layers(model, roles, op_roles, input_ops, graphs, rt_key, fr_key, op_key, capture_key)
-    return gaps, _carve(a, b, gap_key, remainder, launch, layers)
+    pieces = _carve(a, b, gap_key, remainder, launch, layers)
+    return gaps, _tail_context(model, gaps, _no_drain_at_head(gaps, pieces))
+
+
+def _no_drain_at_head(gaps: Gaps, idle: IdlePieces) -> IdlePieces:
+    """Before the window's first GPU work nothing ran on the GPU for a blocking call to wait for: such a call is the
+    host's own time there (cpu_launch, named by the launch that ends the head), not a drain."""
+    moved = gaps.head[idle.gap] & (idle.cause == SYNC) if len(idle) else np.zeros(0, bool)
+    if not moved.any():
+        return idle
+    cause, row = idle.cause.copy(), idle.row.copy()
+    cause[moved] = CPU_LAUNCH
+    row[moved] = gaps.launch[idle.gap[moved]]
+    return dataclasses.replace(idle, cause=cause, row=row)
+
+
+def _tail_context(model: TraceModel, gaps: Gaps, idle: IdlePieces) -> IdlePieces:
+    """The window's tail pieces that no layer claimed have no launch to name them: give each the innermost Python
+    frame and op running at its middle on the thread of the last work's launch (the code the host ran after it)."""
+    sel = np.flatnonzero(gaps.tail[idle.gap] & (idle.row < 0) & (idle.frame < 0) & (idle.op < 0)) if len(idle) else ()
+    if not len(sel):
+        return idle
+    rt, frame, op = model.runtime, idle.frame.copy(), idle.op.copy()
+    for i in sel.tolist():
+        r = int(gaps.thread_row[idle.gap[i]])
+        if r < 0:
+            continue
+        mid = (int(idle.start_ns[i]) + int(idle.end_ns[i])) // 2
+        for table, out in ((model.frames, frame), (model.ops, op)):
+            hold = np.flatnonzero((table.pid == rt.pid[r]) & (table.tid == rt.tid[r]) & (table.start_ns <= mid)
+                                  & (table.end_ns > mid)) if len(table) else ()
+            if table is model.ops and len(hold):
+                hold = hold[~table.is_annotation[hold]]
+            if len(hold):
+                out[i] = hold[np.argmax(table.start_ns[hold])]
+    return dataclasses.replace(idle, frame=frame, op=op)
 
 
 def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.ndarray:
@@ -165,8 +221,10 @@ def _moved(model: TraceModel, timeline: GpuTimeline, launch: np.ndarray) -> np.n
     rt = model.runtime
     if not len(launch) or not len(rt):
         return np.zeros(len(launch), bool)
-    prev = np.concatenate([d.idle_prev_gpu for d in timeline.devices]).astype(np.int64)
-    prev_launch = model.gpu.launch[prev] if len(prev) else np.zeros(0, np.int64)
+    prev = np.concatenate([d.idle_prev_gpu for d in timeline.devices]).astype(np.int64) if timeline.devices else \
+        np.zeros(0, np.int64)
+    prev_launch = np.where(prev >= 0, model.gpu.launch[np.maximum(prev, 0)], -1) if len(prev) else \
+        np.zeros(0, np.int64)  # (the head: no work before it)
     both = (launch >= 0) & (prev_launch >= 0)
     p, q = np.maximum(launch, 0), np.maximum(prev_launch, 0)
     return both & ((rt.pid[p] != rt.pid[q]) | (rt.tid[p] != rt.tid[q]))

@@ -2,7 +2,8 @@
 that work's busy time and the idle time spent waiting for it, by cause.
 
 A step owns an idle piece when the work that ended the gap was launched by that step; gaps before work whose launch
-is not in the trace go to the step whose CPU time they fall in. So a CUDA-graph run whose CPU races ahead still
+is not in the trace, and the window's tail, go to the step whose CPU time they fall in. The window's head and tail
+lie outside every GPU span: a step that holds them says how much of its idle they are (`window_edge_us`). So a CUDA-graph run whose CPU races ahead still
 gets one replay per step, instead of the whole backlog landing in the last step.
 """
 from __future__ import annotations
@@ -66,8 +67,12 @@ def step_table(ctx) -> list[dict]:
         unknown = launch < 0
         owner[unknown] = steps.index_at(idle.start_ns[unknown])
     idle_by_cause = np.zeros((n, len(CAUSES)), np.int64)
+    edge_by_cause = np.zeros((n, len(CAUSES)), np.int64)  # the window's head and tail (outside every GPU span)
     mine = owner >= 0
     np.add.at(idle_by_cause, (owner[mine], idle.cause[mine]), idle.duration_ns[mine])
+    if len(idle):
+        edge = mine & (ctx.gaps.head[idle.gap] | ctx.gaps.tail[idle.gap])
+        np.add.at(edge_by_cause, (owner[edge], idle.cause[edge]), idle.duration_ns[edge])
 
     out = []
     for k, name in enumerate(steps.names):
@@ -82,6 +87,8 @@ def step_table(ctx) -> list[dict]:
             "gpu_period_us": (us(nxt - lo) if nxt is not None else us(hi - lo)) if has_gpu[k] else None,
             "busy_us": us(busy[k]), "idle_us": us(step_idle),
             "idle_by_cause_us": {c: us(idle_by_cause[k, i]) for i, c in enumerate(CAUSES)},
+            **({"window_edge_us": {c: us(edge_by_cause[k, i]) for i, c in enumerate(CAUSES) if edge_by_cause[k, i]}}
+               if edge_by_cause[k].any() else {}),
             "gpu_utilization": round(int(busy[k]) / accounted, 4) if accounted else None,
             "launches": int(launches[k]),
             **({"batch": batch} if (batch := engine_batch(name, steps.code_engine)) else {}),

@@ -13,11 +13,13 @@ from collections import Counter
 
 import numpy as np
 
+from analyzer.arrays import distinct
 from analyzer.trace import GpuKind
 from analyzer.units import fmt_us, plural, us
 from analyzer.views import apis
 from analyzer.views.idle import PROFILER
 from analyzer.views.sites import describe_site, site_keys
+from analyzer.views.timeline import CLOCK_LAG_NS, first_start_delay_ns
 
 CLOCK_LEAD_NS = 5_000  # GPU work starting this long before its launch call began cannot be one clock
 CLOCK_SHARE = 0.01  # ... and this share of linked work doing so fails the check
@@ -178,10 +180,23 @@ def _clock_agreement(model) -> Check:
     early = lead > CLOCK_LEAD_NS
     share = float(early.mean()) if len(rows) else 0.0
     status = "fail" if share > CLOCK_SHARE else "warn" if early.any() else "ok"
+    # the other way: a device's first work starting long after its launch returned (a clock behind the host's)
+    active = np.flatnonzero(gpu.kind != GpuKind.SYNC)
+    lags = {int(d): first_start_delay_ns(model, active[gpu.device[active] == d]) for d in distinct(gpu.device[active])}
+    behind = {d: v for d, v in lags.items() if v is not None and v >= CLOCK_LAG_NS}
     measured = {"linked": int(len(rows)), "starting_before_launch": int(early.sum()),
                 "max_lead_us": us(int(lead.max())) if len(rows) and lead.max() > 0 else 0.0,
-                "median_lead_us": us(int(np.median(lead[early]))) if early.any() else 0.0}
-    if status == "ok":
+                "median_lead_us": us(int(np.median(lead[early]))) if early.any() else 0.0,
+                "first_start_delay_us": {str(d): us(v) for d, v in lags.items() if v is not None}}
+    if behind and status == "ok":
+        status = "warn"
+        meaning = (f"the first GPU work of {plural(len(behind), 'device')} starts "
+                   f"{fmt_us(us(min(behind.values())))} after its launch call returned, with nothing recorded running "
+                   f"before it, though a GPU with nothing running starts queued work within microseconds: its clock is "
+                   f"behind the CPU's, or the trace misses the work it ran first; the host's time before the first GPU "
+                   f"work and after the last is not counted as idle, and which CPU code a gap lines up with may be "
+                   f"off")
+    elif status == "ok":
         meaning = "GPU work never starts before its launch call: the CPU and GPU clocks agree"
     else:
         meaning = (f"{plural(int(early.sum()), 'GPU activity', 'GPU activities')} ({share:.1%}) start before their "

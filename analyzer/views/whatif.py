@@ -50,9 +50,10 @@ def intervals_fix(what: str, tid: np.ndarray, start: np.ndarray, end: np.ndarray
 
 
 def pieces_fix(ctx, pieces: np.ndarray, what: str) -> Fix | None:
-    """The CPU time of these idle pieces taken out of the thread that launched the work the GPU waited for."""
+    """The CPU time of these idle pieces taken out of the thread that launched the work the GPU waited for (at the
+    window's tail: the last work)."""
     idle, rt = ctx.idle, ctx.model.runtime
-    launch = ctx.gaps.launch[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
+    launch = ctx.gaps.thread_row[idle.gap[pieces]] if len(pieces) else np.zeros(0, np.int64)
     pieces = pieces[launch >= 0]
     if not len(pieces) or not len(rt):
         return None

@@ -2,6 +2,7 @@
 counts of the raw events, and no false findings on the clean decode loop."""
 from pathlib import Path
 
+import re
 import pytest
 
 from analyzer.trace.runmeta import read_meta
@@ -76,7 +77,7 @@ def test_clean_decode_has_no_sync_or_churn_findings(reports):
     assert [(s["kind"], s["api"], s["count"]) for s in report["syncs"]] == [("profiler", "cudaDeviceSynchronize", 1)]
     launch = kinds(report, "launch_gap")[0]
     assert launch["severity"] == "high" and report["gaps"]["by_cause"]["cpu_launch"] > 0.9 * report["summary"]["gpu_idle_us"]
-    assert launch["title"].startswith("GPU idle 9") and "decode step" in launch["advice"]
+    assert re.match(r"GPU idle (8|9)\d% ", launch["title"]) and "decode step" in launch["advice"]
 
 
 def test_item_sync_site_and_count(reports):

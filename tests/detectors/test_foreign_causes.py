@@ -69,7 +69,9 @@ def test_the_second_forward_compiles_its_fusion_groups_in_the_window():
     assert top["kind"] == "warmup" and top["impact_us"] > 290_000
     parts = [p for p in top["detail"]["breakdown"] if p["kind"] == "untraced JIT compilation"]
     assert {p["api"].split()[-1] for p in parts} == {e["name"] for e in fused}
-    assert not any(f["kind"] == "host_work" for f in report["findings"])
+    # no compile is left to host work: the one host-work gap is the window's head, the first op's own 1.1 ms
+    work = [f for f in report["findings"] if f["kind"] == "host_work"]
+    assert [f["detail"]["tail_op"]["op"] for f in work] == ["aten::_to_copy"] and work[0]["impact_us"] < 1200
 
 
 def test_the_warm_forward_has_no_one_time_costs():
@@ -103,7 +105,9 @@ def test_a_gap_spent_inside_an_op_up_to_its_launch_names_the_op_not_untraced_tim
     raw = raw_events(path)
     report = report_of(path)
     work = [f for f in report["findings"] if f["kind"] == "host_work" and not f.get("parent")]
-    assert work
+    # (the window's head: vLLM's input preparation before the step's first kernel, a function, not an op)
+    work = [f for f in work if f["detail"]["tail_op"]]
+    assert len(work) == 3
     for f in work:
         (a, b), op = max(f["occurrences_us"], key=lambda o: o[1] - o[0]), f["detail"]["tail_op"]
         # the op began inside the gap and was still running at its end, covering at least half of it

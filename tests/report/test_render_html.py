@@ -128,11 +128,15 @@ def test_x_axis_is_shared_and_in_ms():
     assert "(ms)" in fig.layout.xaxis2.title.text
     assert "(ms)" in steps.layout.yaxis.title.text
     report = report_for("item_sync")
-    busy = traces(fig, "busy")[0]
-    xs = [x for x in busy.x if x is not None and x == x]
+    lanes = [t for t in fig.data if t.name == "GPU busy" or str(t.name).startswith("idle: ")]
+    xs = [x for t in lanes for x in t.x if x is not None and x == x]
     window_ms = report["summary"]["window_us"] / 1e3
+    # the device lane covers the window the user profiled, from its first host event (the head before any GPU
+    # work included) to its end
     assert min(xs) == pytest.approx(0.0, abs=1e-3)
     assert max(xs) == pytest.approx(window_ms, rel=1e-3)
+    busy = [x for x in traces(fig, "busy")[0].x if x is not None and x == x]
+    assert 0 < min(busy) and max(busy) <= window_ms
 
 
 @pytest.mark.parametrize("name", ["item_sync", "print_tensor", "alloc_churn"])
