@@ -80,3 +80,24 @@ def duplicate_stream(trace: dict, stream: int) -> tuple[dict, int]:
              and isinstance(e.get("args"), dict) and e["args"].get("stream") == stream]
     out["traceEvents"].extend(extra)
     return out, len(extra)
+
+
+def strip_arg(trace: dict, key: str) -> tuple[dict, int]:
+    """One args key removed from every event (what a profiler run without that setting writes: "Input Dims" without
+    record_shapes). Returns the trace and how many events lost it."""
+    out = copy.deepcopy(trace)
+    n = 0
+    for e in out["traceEvents"]:
+        if isinstance(e.get("args"), dict) and key in e["args"]:
+            del e["args"][key]
+            n += 1
+    return out, n
+
+
+def drop_category(trace: dict, cat: str) -> tuple[dict, int]:
+    """Every event of one category dropped ("python_function": a trace recorded without with_stack)."""
+    out = copy.deepcopy(trace)
+    keep = [e for e in out["traceEvents"] if e.get("cat") != cat]
+    dropped = len(out["traceEvents"]) - len(keep)
+    out["traceEvents"] = keep
+    return out, dropped

@@ -16,7 +16,7 @@ SEVERITIES = ("high", "medium", "low", "info")
 @dataclasses.dataclass(frozen=True)
 class Finding:
     kind: str  # launch_gap | host_work | queued | warmup | recompile | graph_break | sync | allocator_churn
-    # | event_loop_idle | thread_hop | input_wait | host_compute
+    # | event_loop_idle | thread_hop | input_wait | host_compute | shape_setup
     severity: str  # high | medium | low | info
     title: str
     call_site: str | None  # the user's code (a function, or an exact line when known), else the library's / op

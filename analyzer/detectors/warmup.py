@@ -13,7 +13,8 @@ from analyzer.units import us
 from analyzer.views.frames import describe_frame
 from analyzer.views.compiles import COMPILE_OP
 from analyzer.views.idle import WARMUP
-from analyzer.views.onetime import LABELS
+from analyzer.views.onetime import LABELS, SHAPE_SETUP
+from analyzer.views.setup import ONE_TIME, library_of
 from analyzer.units import fmt_us
 from analyzer.views.whatif import pieces_fix
 
@@ -24,8 +25,11 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     sel = np.setdiff1d(np.flatnonzero(idle.cause == WARMUP), ctx.recompile_pieces)  # recompiles recur: not one-time
     parts = SiteTable(sums=("idle_us",), count=None, max_occurrences=8)
     untraced = dict(zip(ctx.untraced_one_time[0].tolist(), ctx.untraced_one_time[1]))
+    setup = set(ctx.shape_setup.of(ONE_TIME).tolist())
     for i in sel.tolist():
         r, frame, op = int(idle.row[i]), int(idle.frame[i]), int(idle.op[i])
+        if r >= 0 and ctx.one_time[r] == SHAPE_SETUP:  # a call the set-up made: the set-up's own entry
+            r, op = -1, _enclosing(model.ops.parent, int(rt.op[r]), setup)
         if i in untraced:
             what, api = untraced[i]
             text = {"JIT compilation": f"untraced host time {api} (a JIT compile)",
@@ -37,6 +41,12 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         elif r >= 0:
             what, api = LABELS[ctx.one_time[r]], model.names[rt.name[r]]
             text = f"{api} ({what})"
+        elif op in setup:
+            api = model.names[model.ops.name[op]]
+            library = library_of(api, ctx.traits.hip)
+            what = "shape set-up"
+            text = f"{library} set-up for a new input shape in {api}" if library else \
+                f"the first {api} call at a new input shape"
         elif op >= 0 and COMPILE_OP.match(model.names[model.ops.name[op]]):
             what, api = "JIT compilation", "torch.compile (Dynamo)"
             text = f"{what} in {api}"
@@ -66,6 +76,14 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     data = {"idle_us": us(idle.duration_ns[sel].sum()), "breakdown": breakdown, "one_time_calls": dict(calls),
             "graph_captures": ctx.graphs.captures}
     return DetectorResult({"warmup": data}, tuple(_findings(ctx, data, sel)))
+
+
+def _enclosing(parent: np.ndarray, op: int, rows: set) -> int:
+    """The first of `rows` at or above op (-1 none)."""
+    hops = 0
+    while op >= 0 and op not in rows and hops < 256:
+        op, hops = int(parent[op]), hops + 1
+    return op if op in rows else -1
 
 
 def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding]:
@@ -115,6 +133,10 @@ def _specific_advice(ctx: AnalysisContext, breakdown: list[dict]) -> str:
                 if ctx.traits.hip else
                 " A kernel's first launch loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA "
                 "11.7): CUDA_MODULE_LOADING=EAGER moves that to start-up, at some start-up time and memory.")
+    if "shape set-up" in kinds:
+        out += (" A library op's first call at each input shape builds or chooses its kernel (cuDNN plans and "
+                "algorithm searches, cuBLASLt heuristics) and later calls at that shape reuse it: run each shape once "
+                "before profiling, and keep the shapes few (pad or bucket batch and sequence sizes).")
     if "engine step annotations" in ctx.steps.source:
         out += " For a serving engine, send warm-up requests (each batch and prompt-length bucket) before profiling."
     return out

@@ -15,7 +15,8 @@ MAX_REQUEST_ROWS = 24
 BASE_CAUSES = ("cpu_launch", "sync", "allocator", "queued")
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "atom": "ATOM"}
 CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop",
-                 "warmup": "one-time", "unknown": "unexplained", "input_wait": "input", "host_compute": "host math"}
+                 "warmup": "one-time", "unknown": "unexplained", "input_wait": "input", "host_compute": "host math",
+                 "setup": "shape set-up"}
 
 
 
@@ -170,8 +171,8 @@ def _findings(report: dict) -> list[str]:
     rows = [[n, f["severity"], f.get("confidence", "–"), f["kind"], ("↳ " if f.get("parent") else "") + f["title"],
              where(f), f["count"], saving_cell(f), fmt_us(f["impact_us"])] for n, f in shown]
     w = report.get("what_if") or {}
-    order = (f"ranked by what fixing each saves {'per step' if w.get('measure') == 'step' else 'over the window'}"
-             if w.get("available") else "ranked by GPU idle explained: no what-if estimates for this trace")
+    order = ("ranked by what fixing each saves over the profiled window (a per-step saving in every step, a one-time "
+             "cost once)" if w.get("available") else "ranked by GPU idle explained: no what-if estimates for this trace")
     lines = [f"#### Findings ({order}; ↳ rows refine the finding above them)", ""]
     lines += _table(["#", "severity", "confidence", "kind", "finding", "where (your code → library)", "count",
                      "saving", "GPU idle"], rows)

@@ -76,6 +76,7 @@ class Saving(msgspec.Struct):
     replayed_saving_ms: float | None = None  # the replay's own figure, where it was more than the measured step
     # leaves above the GPU's own work (saving_ms is then that headroom)
     mean_saving_ms: float | None = None  # a fix that changes only some steps and not the median one: per step, mean
+    steps_in_window: int | None = None  # measure "step": the steps the window holds (a per-step saving, that often)
 
 
 class Finding(msgspec.Struct):

@@ -12,17 +12,27 @@ def saving_ms(finding: dict) -> float | None:
     return (finding.get("what_if") or {}).get("saving_ms")
 
 
+def window_saving_ms(finding: dict) -> float | None:
+    """What fixing it saves over the profiled window: a per-step saving in each of the window's steps, a one-time
+    cost once."""
+    w = finding.get("what_if") or {}
+    if w.get("saving_ms") is None:
+        return None
+    return w["saving_ms"] * (w.get("steps_in_window") or 1) + (w.get("once_ms") or 0.0)
+
+
 def ranked(findings: list[dict]) -> list[dict]:
-    """Top-level findings by what fixing them saves (those the replay cannot price after, by GPU idle), each still
-    followed by the findings that refine it."""
+    """Top-level findings by what fixing them saves over the profiled window (a per-step saving in every step, a
+    one-time cost once; those the replay cannot price after, by GPU idle), each still followed by the findings that
+    refine it."""
     groups: list[list[dict]] = []
     for f in findings:
         if f.get("parent") and groups:
             groups[-1].append(f)
         else:
             groups.append([f])
-    order = sorted(range(len(groups)), key=lambda k: (saving_ms(groups[k][0]) is None,
-                                                       -(saving_ms(groups[k][0]) or 0.0), k))
+    order = sorted(range(len(groups)), key=lambda k: (window_saving_ms(groups[k][0]) is None,
+                                                       -(window_saving_ms(groups[k][0]) or 0.0), k))
     return [f for k in order for f in groups[k]]
 
 

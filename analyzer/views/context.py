@@ -24,7 +24,8 @@ from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces,
 from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_invocations, host_during, \
     one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
-from analyzer.views.onetime import first_call_ops, one_time_rows
+from analyzer.views.onetime import SHAPE_SETUP, first_call_ops, one_time_rows
+from analyzer.views.setup import ONE_TIME, ShapeSetup, shape_setup
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.graphable import InnerLoop
 from analyzer.views.replay import ReplayModel, build_replay
@@ -54,6 +55,21 @@ class MemorySeries:
     ts_ns: np.ndarray
     allocated: np.ndarray
     reserved: np.ndarray
+
+
+def _inside_spans(model: TraceModel, rows: np.ndarray, start, end, pid, tid) -> np.ndarray:
+    """The runtime rows among `rows` that lie inside one of the spans (start, end) on their own thread."""
+    rt = model.runtime
+    if not len(start) or not len(rows):
+        return np.zeros(0, np.int64)
+    span_key, row_key = thread_keys([pid, rt.pid[rows]], [tid, rt.tid[rows]])
+    inside = np.zeros(len(rows), bool)
+    for key in distinct(span_key).tolist():  # per thread: the spans' union, searched by each call's start
+        s, e = merge_intervals(start[span_key == key], end[span_key == key])
+        mine = np.flatnonzero(row_key == key)
+        i = np.searchsorted(s, rt.start_ns[rows[mine]], side="right") - 1
+        inside[mine] = (i >= 0) & (rt.end_ns[rows[mine]] <= e[np.maximum(i, 0)])
+    return rows[inside]
 
 
 class AnalysisContext:
@@ -99,8 +115,16 @@ class AnalysisContext:
 
     @functools.cached_property
     def one_time(self) -> np.ndarray:
-        """Per runtime row: its analyzer.views.onetime label code (0: a steady-state call)."""
-        return one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
+        """Per runtime row: its analyzer.views.onetime label code (0: a steady-state call); the calls made inside a
+        one-time set-up for a new shape are that set-up's."""
+        label = one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
+        setup, ops = self.shape_setup, self.model.ops
+        once = setup.of(ONE_TIME)
+        if len(once):
+            inside = _inside_spans(self.model, np.arange(len(label)), ops.start_ns[once], ops.end_ns[once],
+                                   ops.pid[once], ops.tid[once])
+            label[inside[label[inside] == 0]] = SHAPE_SETUP
+        return label
 
     @functools.cached_property
     def instrumentation(self) -> np.ndarray:
@@ -110,8 +134,24 @@ class AnalysisContext:
     @functools.cached_property
     def _classified(self) -> tuple[Gaps, IdlePieces]:
         roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
-        return classify_idle(self.model, self.timeline, roles, OpRoles(self.warmup_ops, self.host_compute_ops),
-                             self.graphs)
+        setup = self.shape_setup
+        return classify_idle(self.model, self.timeline, roles,
+                             OpRoles(self.warmup_ops, self.host_compute_ops, setup.of(ONE_TIME),
+                                     setup.rows[setup.recurrence != ONE_TIME]), self.graphs)
+
+    @functools.cached_property
+    def shape_setup(self) -> ShapeSetup:
+        """Library ops' set-up for input shapes they had not run yet (analyzer.views.setup)."""
+        return shape_setup(self.model, self.steps)
+
+    @functools.cached_property
+    def _inside_setup(self) -> np.ndarray:
+        """Runtime rows made inside a set-up call (any recurrence): its own calls, an algorithm search's syncs and
+        trial allocations included."""
+        setup, ops = self.shape_setup, self.model.ops
+        rows = setup.rows
+        return _inside_spans(self.model, np.arange(len(self.model.runtime)), ops.start_ns[rows], ops.end_ns[rows],
+                             ops.pid[rows], ops.tid[rows]) if len(rows) else np.zeros(0, np.int64)
 
     @functools.cached_property
     def warmup_ops(self) -> np.ndarray:
@@ -227,6 +267,7 @@ class AnalysisContext:
         rows[apis.blocking_copy_rows(self.model)] = True
         rows[self._inside_first_compiles(np.flatnonzero(rows))] = False
         rows[self.graphs.in_capture] = False  # torch.cuda.graph's own synchronize: part of the one-time capture
+        rows[self._inside_setup] = False  # a library's set-up for a new shape (an algorithm search's syncs)
         return rows
 
     def _inside_first_compiles(self, rows: np.ndarray) -> np.ndarray:
@@ -235,7 +276,7 @@ class AnalysisContext:
         that one-time compile, not syncs of the workload. (An ordinary op's slow first call stays as it is: a sync
         inside it may be what made it slow.)"""
         c, model = self.compiles, self.model
-        fr, ops, rt = model.frames, model.ops, model.runtime
+        fr, ops = model.frames, model.ops
         first = np.flatnonzero(~c.recompile)
         by_frame = c.frames[first] >= 0
         regions = self.warmup_ops[[is_compiled_region(model.names[n]) for n in ops.name[self.warmup_ops].tolist()]] \
@@ -245,16 +286,7 @@ class AnalysisContext:
         spans = [(fr.start_ns[frame_rows], fr.end_ns[frame_rows], fr.pid[frame_rows], fr.tid[frame_rows]),
                  (ops.start_ns[op_rows], ops.end_ns[op_rows], ops.pid[op_rows], ops.tid[op_rows])]
         start, end, pid, tid = (np.concatenate(x) for x in zip(*spans))
-        if not len(start) or not len(rows):
-            return np.zeros(0, np.int64)
-        span_key, row_key = thread_keys([pid, rt.pid[rows]], [tid, rt.tid[rows]])
-        inside = np.zeros(len(rows), bool)
-        for key in distinct(span_key).tolist():  # per thread: the spans' union, searched by each call's start
-            s, e = merge_intervals(start[span_key == key], end[span_key == key])
-            mine = np.flatnonzero(row_key == key)
-            i = np.searchsorted(s, rt.start_ns[rows[mine]], side="right") - 1
-            inside[mine] = (i >= 0) & (rt.end_ns[rows[mine]] <= e[np.maximum(i, 0)])
-        return rows[inside]
+        return _inside_spans(model, rows, start, end, pid, tid)
 
     @functools.cached_property
     def compiles(self) -> Compiles:

@@ -7,6 +7,10 @@ the CPU kept the GPU waiting:
 Otherwise the gap is cut by what the thread that launched the next work was doing during it; the first matching
 layer wins, time that none covers is `cpu_launch`:
 - profiler: the profiler's own code, or this tool's capture code (instrumentation: absent from unprofiled runs);
+- setup: inside a library op's set-up for an input shape it had not run yet, where new shapes keep arriving (or
+  nothing shows they stop: analyzer.views.setup); a set-up whose shape recurs at the usual cost is warmup (one-time).
+  Everything inside such a call is its set-up, an algorithm search's synchronizing calls too (but one-time calls
+  inside it, such as a kernel's first launch loading its module, which are warmup);
 - sync: a blocking call (stream/device/event synchronize, a synchronous or pageable copy);
 - allocator: cudaMalloc / cudaFree / cuMem* / pinned host allocation (cudaFree also synchronizes);
 - warmup: one-time costs (analyzer.views.onetime) and CUDA-graph capture;
@@ -39,9 +43,9 @@ from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
 CAUSES = ("cpu_launch", "sync", "allocator", "warmup", "queued", "event_loop_idle", "thread_hop", "profiler",
-          "unknown", "input_wait", "host_compute")
+          "unknown", "input_wait", "host_compute", "setup")
 CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN, INPUT_WAIT, \
-    HOST_COMPUTE = range(11)
+    HOST_COMPUTE, SETUP = range(12)
 PARKED_MIN_NS = 50_000
 # torch's DataLoader: the record_function its iterators open around each batch, and the Python frame
 INPUT_WAIT_OP = re.compile(r"^enumerate\(DataLoader\)#")
@@ -129,6 +133,8 @@ class OpRoles:
     """Op rows that cut idle pieces (the analysis context computes each once)."""
     warmup: np.ndarray  # first calls that paid for set-up, compiles seen as ops
     host_compute: np.ndarray  # outermost ops that made no CUDA call and ran long enough to be host math
+    setup_once: np.ndarray  # library ops' set-up for a new shape that recurs at the usual cost (analyzer.views.setup)
+    setup: np.ndarray  # ... for shapes that keep coming, or with nothing to show they stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +176,8 @@ def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op
     # one call, so that equal threads get equal keys across the tables
     ops = model.ops
     input_ops = input_wait_ops(model)
-    layer_ops = np.unique(np.concatenate([op_roles.warmup, op_roles.host_compute, input_ops]))
+    layer_ops = np.unique(np.concatenate([op_roles.warmup, op_roles.host_compute, input_ops, op_roles.setup_once,
+                                          op_roles.setup]).astype(np.int64))
     rt_key, fr_key, some_op_key, capture_key = thread_keys(
         [rt.pid, fr.pid, ops.pid[layer_ops], graphs.capture_pid], [rt.tid, fr.tid, ops.tid[layer_ops],
                                                                    graphs.capture_tid])
@@ -258,6 +265,10 @@ def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, input_ops: n
         # a graph capture's own allocations (torch.cuda.graph empties the cache, its private pool) are the capture's
         calls(ALLOCATOR, memory & (one_time == 0) & ~tool & ~graphs.in_capture),
         calls(WARMUP, (one_time > 0) & ~tool),
+        # a set-up call's whole span (the syncs of an algorithm search are not `blocking`; the calls inside a one-time
+        # set-up are labelled one-time), but for one-time calls inside it (a kernel's module loaded at its launch)
+        op_layer(WARMUP, op_roles.setup_once),
+        op_layer(SETUP, op_roles.setup),
         _Layer(WARMUP, capture_key, graphs.capture_starts_ns, graphs.capture_ends_ns, none(graphs.captures),
                none(graphs.captures), none(graphs.captures)),
         frame_layer(WARMUP, waits.matching_frames(model, FIRST_TIME_FRAME)),

@@ -8,7 +8,9 @@
 - first allocation: the caching allocator reserving device (or pinned host) memory before anything was released in
   the window, in or before the first step: the cache filling up, not churn;
 - first step only: every reserve and release of the window in its first step (a first iteration: a library's
-  workspaces, autotuning's trial buffers) and none in the steps after it: the pool settling, not churn.
+  workspaces, autotuning's trial buffers) and none in the steps after it: the pool settling, not churn;
+- shape set-up: made inside a library op's one-time set-up for a new input shape (analyzer.views.setup; labelled by
+  the analysis context, which knows those calls).
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from analyzer.views.steps import StepRanges
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
-LABELS = ("", "creation", "first call", "first allocation", "first step only")
-NONE, CREATION, FIRST_CALL, FIRST_ALLOCATION, FIRST_STEP_MEMORY = range(5)
+LABELS = ("", "creation", "first call", "first allocation", "first step only", "shape set-up")
+NONE, CREATION, FIRST_CALL, FIRST_ALLOCATION, FIRST_STEP_MEMORY, SHAPE_SETUP = range(6)
 # Python code that only runs the first time: an import, a JIT compilation (Triton, Dynamo/Inductor, flashinfer).
 FIRST_TIME_FRAME = re.compile(
     r"^<frozen importlib\._bootstrap>\(\d+\): _find_and_load$"

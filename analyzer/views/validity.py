@@ -32,7 +32,7 @@ RECENT_LAUNCHES = 16  # the queue's recent delay: over the last linked launches
 
 # finding kinds whose idle is CPU time (inflated by the profiler's dilation of the CPU)
 CPU_SIDE = frozenset({"launch_gap", "host_work", "warmup", "recompile", "graph_break", "event_loop_idle",
-                      "thread_hop", "allocator_churn", "input_wait", "host_compute"})
+                      "thread_hop", "allocator_churn", "input_wait", "host_compute", "shape_setup"})
 # finding kinds that rest on the GPU timeline being complete (idle between GPU work the trace holds)
 TIMELINE = CPU_SIDE | {"sync", "queued"}
 

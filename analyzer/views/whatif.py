@@ -274,6 +274,8 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         if not fix.as_graphs:
             after = max(after, world_step - headroom)
         per_finding[f.id] = _saving(world_step, after, fix, measure)
+        if measure.kind == "step":
+            per_finding[f.id]["steps_in_window"] = len(ctx.steps)
         if fixed_replay is not None and measure.kind == "step" and len(measure.steps) > 1 and not fix.one_time \
                 and world_step - after < PARTIAL_SAVING_NS:
             mean = min(mean_saving_ns(fixed_replay), headroom)
