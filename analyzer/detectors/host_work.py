@@ -10,19 +10,20 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
-from analyzer.detectors.host_work_text import HOST_RELEASE_ADVICE, UNTRACED_ADVICE, host_release_text, \
-    host_work_advice, tail_op_advice
+from analyzer.detectors.host_work_text import HOST_RELEASE_ADVICE, UNTRACED_ADVICE, held_by_text, \
+    host_release_text, host_work_advice, tail_op_advice
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
 from analyzer.units import us
 from analyzer.views import apis
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.idle import CPU_LAUNCH
-from analyzer.views.sites import KIND_OP, describe_site, frames_key, op_key, piece_site_keys
+from analyzer.views.sites import KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
 from analyzer.views.timeline import merge_intervals
 from analyzer.views.traits import TraceTraits
 from analyzer.views.whatif import Fix
 
+PIN_MEMORY_FRAME = re.compile(r"(?:^|/)torch/utils/data/_utils/pin_memory\.py\(\d+\): _pin_memory_loop$")
 EVENT_QUERY = frozenset({"cudaEventQuery", "hipEventQuery", "cuEventQuery"})
 ALLOCATION_OP = re.compile(r"^aten::(new_)?empty")
 CHILD_SHARE = 0.10  # a library is shown under the host-work finding when it holds this share
@@ -66,11 +67,16 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     during = ctx.host_during
     owner_of: dict[int, int] = {}
     host_memory: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (piece, [memory] row) in untraced pieces
+    held: dict[tuple[int, int], list[int]] = defaultdict(list)  # (thread, its site) -> untraced pieces it held
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
+        d = during.of(piece)
+        if d >= 0 and during.untraced[d] and during.other_frame[d] >= 0:
+            other = int(during.other_frame[d])
+            held[(int(model.frames.tid[other]), _frame_site_key(ctx, other))].append(piece)
+            continue
         key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
         owner_of[piece] = owner
-        d = during.of(piece)
         # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
         if d >= 0 and during.untraced[d] and key >> 60 != KIND_OP:
             untraced[key] += int(hi[i] - lo[i])
@@ -106,8 +112,50 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                      "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
                     Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
                         np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
+    out += [_held_by_another_thread(ctx, tid, key, members) for (tid, key), members in held.items()]
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
+
+
+def _frame_site_key(ctx: AnalysisContext, frame: int) -> int:
+    """A frame's site: its user function (and the library frame inside), else the frame itself."""
+    return int(site_keys(ctx, np.array([frame]), np.array([-1]), np.array([-1]))[0])
+
+
+def _held_by_another_thread(ctx: AnalysisContext, tid: int, key: int, pieces: list[int]) -> tuple[dict, Fix]:
+    """Untraced pieces of the launching thread while another thread of the process ran Python (host_during's
+    other_frame): one group per (thread, its code), the launching thread's stalls as its fix."""
+    idle, during, model = ctx.idle, ctx.host_during, ctx.model
+    pieces.sort(key=lambda p: -(idle.end_ns[p] - idle.start_ns[p]))
+    lead = pieces[0]
+    other = int(during.other_frame[during.of(lead)])
+    site = describe_site(ctx, key, other)
+    durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in pieces]
+    thread = ctx.gaps.thread_row[idle.gap[pieces]]
+    launching = {int(t) for t in model.runtime.tid[thread].tolist()}
+    work = np.array([(model.runtime.tid[r], idle.start_ns[p], idle.end_ns[p]) for r, p in zip(thread, pieces)],
+                    np.int64).reshape(-1, 3)
+    group = {"call_site": site["label"], "site": site, "count": len(pieces), "idle_us": round(sum(durations), 3),
+             "max_us": max(durations), "untraced_us": round(sum(durations), 3), "recorded_context": True,
+             "innermost": None, "context": model.frame_chain(other, 8), "launch_site": None, "libraries": [],
+             "host_memory": None, "tail_op": None,
+             "held_by": {"tid": tid, "role": _thread_role(ctx, tid), "launching_tids": sorted(launching),
+                         "frame": model.names[model.frames.name[other]]},
+             "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in pieces[:16]]}
+    return group, Fix(f"{site['label']} moved off the GIL (another process, or native code that releases it)", work)
+
+
+def _thread_role(ctx: AnalysisContext, tid: int) -> str:
+    """What another thread is, where the trace says: autograd's backward thread (it runs the autograd engine's ops),
+    DataLoader's pin-memory thread (its loop's frames), else a thread of the user's."""
+    model = ctx.model
+    ops = np.flatnonzero(model.ops.tid == tid)
+    if len(ops) and any(model.names[c].startswith("autograd::engine::") for c in np.unique(model.ops.name[ops])):
+        return "autograd's backward thread"
+    frames = np.flatnonzero(model.frames.tid == tid)
+    if len(frames) and any(PIN_MEMORY_FRAME.search(model.names[c]) for c in np.unique(model.frames.name[frames])):
+        return "DataLoader's pin-memory thread"
+    return "another thread"
 
 
 def _tail_op(ctx: AnalysisContext, piece: int) -> dict | None:
@@ -283,7 +331,9 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
     for k, (h, fix) in enumerate(zip(host_work, fixes)):
         libraries = [lib for lib in h["libraries"] if lib["idle_us"] >= CHILD_SHARE * h["idle_us"]][:MAX_LIBRARIES]
         untraced = h["untraced_us"] * 2 >= h["idle_us"]
-        if not untraced and h["tail_op"]:
+        if h.get("held_by"):
+            what, advice = held_by_text(h, long_gap_us)
+        elif not untraced and h["tail_op"]:
             what, advice = f"while the CPU ran {h['tail_op']['op']} in {h['call_site']}", tail_op_advice(h, traits.hip)
         elif not untraced:
             what, advice = f"while the CPU ran {h['call_site']}", host_work_advice(h["site"], traits.graphs.replayed)
@@ -305,7 +355,8 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
             impact_us=h["idle_us"], count=h["count"], id=f"host_work.{k}",
             advice=advice,
             detail={"context": h["context"], "launch_site": h["launch_site"], "site": h["site"],
-                    "libraries": h["libraries"], "host_memory": h["host_memory"], "tail_op": h["tail_op"]},
+                    "libraries": h["libraries"], "host_memory": h["host_memory"], "tail_op": h["tail_op"],
+                    "held_by": h.get("held_by")},
             occurrences_us=tuple(tuple(o) for o in h["occurrences"]), fix=fix))
         for j, lib in enumerate(libraries):
             out.append(Finding(

@@ -112,3 +112,31 @@ def host_release_text(h: dict) -> tuple[str, str]:
              f"GPU work, only the [memory] event of a {size} host tensor's release ({where} the longest gap{share}): "
              f"the thread most likely spent the time on that release (the event is written at one end of it). ")
     return title, first
+
+
+def held_by_text(h: dict, long_gap_us: float) -> tuple[str, str]:
+    """The title's words and the advice for untraced gaps of the launching thread while another thread of the process
+    ran Python (holding the GIL)."""
+    held = h["held_by"]
+    who = held["role"] if held["role"] != "another thread" else f"thread {held['tid']}"
+    launching = ", ".join(str(t) for t in held["launching_tids"])
+    what = f"while {who} ran {h['call_site']} in Python (holding the GIL)"
+    advice = (f"In these gaps the launching thread (tid {launching}) recorded nothing, while {who} (tid "
+              f"{held['tid']}) was running Python in {h['call_site']}. Only one thread runs Python bytecode at a "
+              f"time: a thread that needs the GIL waits for the holder to drop it, which a busy thread does every "
+              f"sys.getswitchinterval() (5 ms by default), so the launching thread's next launch waits that long and "
+              f"the GPU idles.")
+    if held["role"] == "autograd's backward thread":
+        advice += (" On autograd's thread that is Python run during the backward pass (hooks, custom autograd "
+                   "Functions): make it cheaper or move it out of the backward.")
+    elif held["role"] == "DataLoader's pin-memory thread":
+        advice += (" The pin-memory thread runs Python between its copies: fewer, larger batches, or pin_memory in the "
+                   "worker processes' collate_fn, keep it off the GIL.")
+    else:
+        advice += (" Move that work to another process (a ProcessPoolExecutor or a multiprocessing worker: its own "
+                   "interpreter and GIL), use a library call that releases the GIL (a fast tokenizer's batch API, "
+                   "numpy on large arrays), or batch it so it runs between steps instead of during them.")
+    advice += (" The evidence is the trace's own: no event ended on the launching thread in the gap, and the other "
+                "thread's innermost frame there is a Python function, not a wait; py-spy dump or Nsight Systems' OS "
+                "runtime trace show the GIL wait directly.")
+    return what, advice

@@ -29,12 +29,15 @@ import numpy as np
 
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
+from analyzer.views.frames import parse_frame
 from analyzer.views.timeline import merge_intervals
+from analyzer.views.waits import EVENT_LOOP_WAIT, HANDOFF_WAIT, present_codes
 
 LONG_NS = 1_000_000  # a piece this long is worth describing (the host-work threshold)
 TRACED_SHARE = 0.5  # below this share covered by recorded events inside the piece, it is untraced host time
 HOST_MEMORY_BYTES = 1 << 20  # a host allocation or release this large can take the OS a millisecond
 RECURRING = 10
+WHOLE_RECORDING_NS = 1_000_000  # a frame this near both ends of the recording spans it whole (a stack open at start)
 COLD_SHARE = 0.5  # a step at least this share of whose CPU span the GPU sat idle on one-time costs is cold
 # kernels built at run time, by their builders' names: Triton / Inductor, TorchScript's NNC (`fused_*`), nvFuser
 BUILT_KERNEL = re.compile(r"^(?:triton_|triton__|fused_|nvfuser_|kernel\d+$|CudaCodeGen)")
@@ -51,6 +54,8 @@ class HostDuring:
     traced_share: np.ndarray  # share of the piece covered by events that ended inside it, or by its tail op
     untraced: np.ndarray  # bool: untraced host time (below)
     host_memory: np.ndarray  # the largest host (CPU) [memory] event on the thread inside the piece, -1 none
+    other_frame: np.ndarray  # another thread of the process running Python over the piece (its innermost frame at
+    # the piece's middle, a Python function's, not a wait), -1 none: while that thread runs bytecode it holds the GIL
 
     def of(self, piece: int) -> int:
         """Position of an idle piece in these arrays, -1 if it is not described."""
@@ -67,7 +72,7 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
     if not len(pieces) or not len(rt):
         empty = np.zeros(0, np.int64)
-        return HostDuring(empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty)
+        return HostDuring(empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty, empty)
     pid, tid = rt.pid[launch], rt.tid[launch]
     tables = (model.frames, model.ops, rt)
     frame, op, call = (_spanning(table, pid, tid, lo, hi) for table in tables)
@@ -78,7 +83,50 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     share[has] = np.maximum(share[has], hi[has] - model.ops.start_ns[tail[has]])
     share = share / np.maximum(hi - lo, 1)
     return HostDuring(pieces, frame, op, call, tail, share, _untraced(model, frame, op, call, share),
-                      _largest_host_memory(model.memory, pid, tid, lo, hi))
+                      _largest_host_memory(model.memory, pid, tid, lo, hi), _other_thread_running(model, pid, tid, lo,
+                                                                                                  hi))
+
+
+def _other_thread_running(model: TraceModel, pid, tid, lo, hi) -> np.ndarray:
+    """Per piece: the innermost frame, at the piece's middle, of another thread of its process whose innermost frame
+    there is a Python function's (running bytecode, so holding the GIL; a C call may have released it) and not a wait
+    (a queue, a lock, an event loop's selector), spanning at least half of the piece; where several threads qualify,
+    the one whose frame spans most of it. -1 none. A frame open through the whole recording is left out: the
+    profiler writes the stacks threads were in when it started as frames from its start to its stop, whatever
+    those threads then did (blocked in C, most often)."""
+    frames, names = model.frames, model.names
+    out = np.full(len(lo), -1, np.int64)
+    if not len(frames) or not len(lo):
+        return out
+    mid = lo + (hi - lo) // 2
+    best = np.zeros(len(lo), np.int64)
+    running = _running_names(names, frames.name)
+    first, last = int(frames.start_ns.min()), int(frames.end_ns.max())
+    edge = max(WHOLE_RECORDING_NS, (last - first) // 100)
+    whole = (frames.start_ns - first <= edge) & (last - frames.end_ns <= edge)
+    (keys,) = thread_keys([frames.pid], [frames.tid])
+    _, first = np.unique(keys, return_index=True)
+    for p, t in zip(frames.pid[first].tolist(), frames.tid[first].tolist()):
+        mine = np.flatnonzero((pid == p) & (tid != t))
+        if not len(mine):
+            continue
+        row = _spanning(frames, np.full(len(mine), p), np.full(len(mine), t), mid[mine], mid[mine] + 1)
+        ok = row >= 0
+        span = np.where(ok, np.minimum(frames.end_ns[np.maximum(row, 0)], hi[mine])
+                        - np.maximum(frames.start_ns[np.maximum(row, 0)], lo[mine]), 0)
+        safe = np.maximum(row, 0)
+        ok &= running[frames.name[safe]] & ~whole[safe] & (2 * span >= hi[mine] - lo[mine]) & (span > best[mine])
+        out[mine[ok]], best[mine[ok]] = row[ok], span[ok]
+    return out
+
+
+def _running_names(names: tuple[str, ...], codes: np.ndarray) -> np.ndarray:
+    """Per name code: a Python function's frame (`file(line): func`) that is not a wait."""
+    table = np.zeros(len(names), bool)
+    for c in present_codes(codes, len(names)).tolist():
+        n = names[c]
+        table[c] = parse_frame(n) is not None and not HANDOFF_WAIT.search(n) and not EVENT_LOOP_WAIT.search(n)
+    return table
 
 
 def _tail_op(model: TraceModel, pid, tid, lo, hi) -> np.ndarray:
