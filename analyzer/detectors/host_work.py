@@ -64,6 +64,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     owners: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # (user frame, piece start, piece end)
     untraced: dict[int, int] = defaultdict(int)  # ns of the group's pieces that nothing recorded inside covers
     bare: dict[int, bool] = {}  # the group's pieces have no recorded context at all (named by the next launch)
+    at_end: dict[int, bool] = {}  # the group's pieces are all the window's tail (after its last GPU work)
     during = ctx.host_during
     owner_of: dict[int, int] = {}
     host_memory: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (piece, [memory] row) in untraced pieces
@@ -77,12 +78,14 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
         key, span, owner = _responsible(ctx, frame, int(lo[i]), int(hi[i]), launch_keys[i], int(op_at_middle[i]))
         groups[key].append(piece)
         owner_of[piece] = owner
-        # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record
-        if d >= 0 and during.untraced[d] and key >> 60 != KIND_OP:
+        # an op's own time is its C++ code running (e.g. cuDNN's heuristics), not time the trace failed to record;
+        # an op that only launched the work after the piece (the key came from the launch: no span) did not run in it
+        if d >= 0 and during.untraced[d] and (key >> 60 != KIND_OP or span is None):
             untraced[key] += int(hi[i] - lo[i])
             if during.host_memory[d] >= 0:
                 host_memory[key].append((piece, int(during.host_memory[d])))
         bare[key] = bare.get(key, True) and span is None
+        at_end[key] = at_end.get(key, True) and bool(ctx.gaps.tail[idle.gap[piece]])
         if owner >= 0:
             owners[key].append((owner, int(lo[i]), int(hi[i])))
         a, b = span if span and span[1] - span[0] <= 2 * (hi[i] - lo[i]) else (int(lo[i]), int(hi[i]))
@@ -103,6 +106,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
         out.append(({"call_site": site["label"], "site": site, "count": len(members),
                      "idle_us": round(sum(durations), 3), "max_us": max(durations),
                      "untraced_us": us(untraced[key]), "recorded_context": not bare[key],
+                     "window_end": at_end[key],
                      "innermost": innermost if innermost != site["label"] else None,
                      "context": model.frame_chain(lead_frame, 8) if lead_frame >= 0 else [],
                      "launch_site": describe_site(ctx, int(piece_site_keys(ctx, np.array([lead]))[0]))["label"],
@@ -344,6 +348,9 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
         elif h["recorded_context"]:
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
             what = f"in untraced host time inside {h['call_site']}{inner} (nothing recorded under it)"
+            advice = UNTRACED_ADVICE
+        elif h.get("window_end"):
+            what = "after the window's last GPU work, in untraced host time (nothing recorded on the launching thread)"
             advice = UNTRACED_ADVICE
         else:
             what = f"in untraced host time (nothing recorded on the launching thread) before {h['call_site']}"

@@ -13,7 +13,8 @@ It also finds untraced time that a warmed-up process would not spend again, by w
 - the first call on the thread of a scripted or compiled function (an op outside every `namespace::`, e.g. a
   TorchScript function or a torch.compile region): what its first calls do (profiling runs, optimization, compile).
 - a run of a kernel whose later runs do not wait a tenth as long, where no earlier run of it waited less (it was not
-  yet steady: the first run, or the runs of a compile's autotuning): the same work needed the wait once;
+  yet steady: the first run, or the runs of a compile's autotuning): the same work needed the wait once; only in a
+  window with steps (without them, one wait before a kernel shows nothing about the next iteration);
 - any untraced wait in a cold step (a process's first iteration, at least half of it idle on one-time costs) that
   the later steps do not repeat.
 None where a later run of the same kernel waited a tenth as long or more: that wait recurs, whatever it is.
@@ -205,13 +206,17 @@ def _spanning(table, pid, tid, lo, hi) -> np.ndarray:
 def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
     """Per piece: the ns of [lo, hi) covered by recorded events (of any table) on its thread that ended inside it:
     work the thread finished there. An event still running at the piece's end is where the launch came from, and
-    one spanning the whole piece is its context; neither says what the thread did in the piece."""
+    one spanning the whole piece is its context; neither says what the thread did in the piece. Nor does an
+    annotation (a step, a record_function range) that ended in it: it marks where the thread was, not what ran."""
     # only events that end inside some piece (on any thread) take part: a search in the pieces' union
     u_start, u_end = merge_intervals(lo, hi)
     inside = []
     for t in tables:
         k = np.searchsorted(u_start, t.end_ns, side="right") - 1
-        inside.append(np.flatnonzero((k >= 0) & (t.end_ns < u_end[np.maximum(k, 0)])))
+        ends_inside = (k >= 0) & (t.end_ns < u_end[np.maximum(k, 0)])
+        if hasattr(t, "is_annotation"):
+            ends_inside &= ~t.is_annotation.astype(bool)
+        inside.append(np.flatnonzero(ends_inside))
     starts = np.concatenate([t.start_ns[r] for t, r in zip(tables, inside)])
     ends = np.concatenate([t.end_ns[r] for t, r in zip(tables, inside)])
     ev_key, q_key = thread_keys([np.concatenate([t.pid[r] for t, r in zip(tables, inside)]), pid],
@@ -282,9 +287,10 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             out.append(piece)
             why.append(("JIT compilation", f"before the first launch of {_short(names[gpu.name[nxt]])}"))
             continue
-        # ... and it is not yet steady: every earlier run of it waited about as long (none is the first run)
+        # ... and it is not yet steady: every earlier run of it waited about as long (none is the first run); only
+        # where steps say what "later" is: in a window without steps a single wait before a kernel shows nothing
         earlier = np.flatnonzero(same & (step_of < step_of[nxt]))
-        if len(later) and not (wait_before[earlier] * RECURRING < dur).any():
+        if len(steps) and len(later) and not (wait_before[earlier] * RECURRING < dur).any():
             out.append(piece)
             which = "the first run" if not len(earlier) else f"run {len(earlier) + 1}"
             why.append(("first run", f"before {which} of {_short(names[gpu.name[nxt]])} (its {len(later)} later "

@@ -18,6 +18,7 @@ from analyzer.trace import GpuKind
 from analyzer.units import fmt_us, plural, us
 from analyzer.views import apis
 from analyzer.views.idle import PROFILER
+from analyzer.views.settings import setting_checks
 from analyzer.views.sites import describe_site, site_keys
 from analyzer.views.timeline import CLOCK_LAG_NS, first_start_delay_ns
 
@@ -56,7 +57,8 @@ def validity_checks(ctx, dilation: dict | None) -> list[Check]:
         launches = int((ctx.runtime_classes == apis.IS_LAUNCH).sum())
         return [_gpu_side_missing(ctx, launches)] if launches else []
     return [_launches_without_work(ctx), _work_without_launch(model), _host_side(model), _clock_agreement(model),
-            _profiler_overhead(ctx, dilation), _window_edges(ctx), _stream_overlap(model), _processes(model)]
+            _profiler_overhead(ctx, dilation), _window_edges(ctx), _stream_overlap(model), _processes(model),
+            *setting_checks(ctx, Check)]
 
 
 def _gpu_side_missing(ctx, launches: int) -> Check:
