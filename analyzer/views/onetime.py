@@ -68,19 +68,20 @@ def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndar
 def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
     rt = model.runtime
     dur = rt.end_ns - rt.start_ns
-    codes, inverse = np.unique(rt.name, return_inverse=True)
-    median = np.zeros(len(codes))
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(codes) + 1))
-    for k in range(len(codes)):
-        median[k] = np.median(dur[order[bounds[k]:bounds[k + 1]]])
-    outlier = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_FACTOR * median[inverse])
+    head = _before_first_gpu_work(model)
+    outlier = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_FACTOR * _median_by_api(rt.name, dur))
+    # before its process's first GPU work (starting up: context, handles, libraries), measured against the API's
+    # calls once GPU work runs, where it makes any (two 4 s cudaFree calls at start-up are each other's median)
+    later = _median_by_api(rt.name[~head], dur[~head], len(model.names))
+    head_outlier = head & (dur >= OUTLIER_MIN_NS) & ((later[rt.name] < 0) | (dur >= OUTLIER_FACTOR * later[rt.name]))
+    outlier |= head_outlier
     if not outlier.any():
         return outlier
+    # a launch that is its kernel's first in the window (its module is loaded then), and any call of the start-up
+    first = _first_kernel_launch(model) | head_outlier
     (key,) = thread_keys([rt.pid], [rt.tid])
     outer = np.where(rt.op >= 0, outermost_ops[np.maximum(rt.op, 0)], -1) if len(outermost_ops) else \
         np.full(len(rt), -1)
-    first = np.zeros(len(rt), bool)
     with_op = outer >= 0
     if with_op.any():
         ops = model.ops
@@ -90,12 +91,53 @@ def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.nda
         outer_rows = np.flatnonzero(is_outer)
         first_invocation = _first_per_group(op_key[outer_rows], ops.name[outer_rows], ops.start_ns[outer_rows],
                                             outer_rows)
-        first[with_op] = np.isin(outer[with_op], first_invocation)
+        first[with_op] |= np.isin(outer[with_op], first_invocation)
     loose = ~with_op
     if loose.any():
         rows = np.flatnonzero(loose)
         first[_first_per_group(key[rows], rt.name[rows], rt.start_ns[rows], rows)] = True
     return outlier & first
+
+
+def _median_by_api(names: np.ndarray, dur: np.ndarray, n_names: int | None = None) -> np.ndarray:
+    """The median duration of each call's API, per call (n_names given: per name code instead, -1 for none)."""
+    codes, inverse = np.unique(names, return_inverse=True)
+    median = np.zeros(len(codes))
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(codes) + 1))
+    for k in range(len(codes)):
+        median[k] = np.median(dur[order[bounds[k]:bounds[k + 1]]])
+    if n_names is None:
+        return median[inverse]
+    out = np.full(n_names, -1.0)
+    out[codes] = median
+    return out
+
+
+def _first_kernel_launch(model: TraceModel) -> np.ndarray:
+    """Per runtime row: it launched the first GPU activity of its kernel's name in the window."""
+    rt, gpu = model.runtime, model.gpu
+    out = np.zeros(len(rt), bool)
+    linked = np.flatnonzero(gpu.launch >= 0)
+    if not len(linked):
+        return out
+    order = np.lexsort((gpu.start_ns[linked], gpu.name[linked]))
+    names = gpu.name[linked][order]
+    first = linked[order][np.r_[True, names[1:] != names[:-1]]]
+    out[gpu.launch[first]] = True
+    return out
+
+
+def _before_first_gpu_work(model: TraceModel) -> np.ndarray:
+    """Per runtime row: made before the first GPU activity that its process launched (the process still starting
+    up, as far as the window shows)."""
+    rt, gpu = model.runtime, model.gpu
+    out = np.zeros(len(rt), bool)
+    linked = np.flatnonzero(gpu.launch >= 0)
+    for pid in np.unique(rt.pid[gpu.launch[linked]]).tolist() if len(linked) else ():
+        mine = linked[rt.pid[gpu.launch[linked]] == pid]
+        out |= (rt.pid == pid) & (rt.end_ns <= gpu.start_ns[mine].min())
+    return out
 
 
 def first_call_ops(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
