@@ -14,6 +14,7 @@ from analyzer.detectors.allocator_records import snapshot_findings, snapshot_sec
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import fmt_bytes, plural, us
 from analyzer.views.frames import outermost_op
+from analyzer.views.frames import describe_frame
 from analyzer.views.growing import growing_allocations
 from analyzer.views.idle import ALLOCATOR
 from analyzer.views.onetime import NONE
@@ -148,7 +149,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         "memory_stats_process": {k: process[k] for k in (*STATS_KEYS, "reserved_bytes.all.peak") if k in process}
         if process else None,
         "oom_events": int(mem.is_oom.sum()),
-        "growing": growing_allocations(model, steps),
+        "growing": growing_allocations(model, steps, ctx.outermost_ops, ctx.frames.user_frame),
     }
     findings = _findings(ctx, data, steps)
     snapshot = snapshot_section(ctx)
@@ -189,7 +190,10 @@ def _growing_buffers(growing: list[dict], step_word: str) -> str:
         return ""
     g = growing[0]
     copies = "copies the whole buffer and " if g["op"] in CONCATENATING_OPS else ""
-    return (f" A buffer grows every {step_word} here: {g['op']}'s allocation went from {fmt_bytes(g['first_bytes'])} "
+    where = (f" in {describe_frame(g['function'])}" if g.get("function") else
+             f" (inside {g['in_op']}; no Python stack recorded)" if g.get("in_op") else " (no Python stack recorded)")
+    return (f" A buffer grows every {step_word} here: {g['op']}'s allocation{where} went from "
+            f"{fmt_bytes(g['first_bytes'])} "
             f"to {fmt_bytes(g['last_bytes'])} over {g['steps']} {step_word}s ({fmt_bytes(g['growth_per_step_bytes'])} "
             f"more each). Every {step_word} {copies}needs a block the cache has not held, so later {step_word}s cost "
             f"more than these: the saving priced here covers the window's sizes only. Allocate the buffer once at its "

@@ -341,7 +341,8 @@ def _host_work_findings(host_work: list[dict], fixes: list[Fix], window_us: floa
             what, advice = f"while the CPU ran {h['tail_op']['op']} in {h['call_site']}", tail_op_advice(h, traits.hip)
         elif not untraced:
             what, advice = f"while the CPU ran {h['call_site']}", host_work_advice(h["site"], traits.graphs.replayed)
-        elif h["host_memory"] and h["host_memory"]["bytes"] < 0:
+        elif h["host_memory"] and h["host_memory"]["bytes"] < 0 and h["host_memory"]["where"] != "middle":
+            # (the event is written at one end of the release: one in the middle of a gap does not account for it)
             inner = f" → {h['innermost']}" if h.get("innermost") else ""
             title, first = host_release_text(h)
             what, advice = f"inside {h['call_site']}{inner}{title}", first + HOST_RELEASE_ADVICE
