@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 
 import numpy as np
 
@@ -38,13 +37,8 @@ from analyzer.views.whatif import loop_of, measure_for
 
 
 HOST_OP_MIN_NS = 50_000  # a host-only op this long is math, not the dispatcher's few µs of launch overhead
-NO_COMPUTE_OP = re.compile(
-    r"^aten::(?:_?(?:unsafe_)?view|view_as|reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|permute|transpose"
-    r"|t|numpy_T|as_strided|select|slice|narrow|unbind|split|split_with_sizes|chunk|broadcast_tensors|detach_?|alias"
-    r"|lift_fresh|resolve_conj|resolve_neg"
-    r"|flatten|unflatten|movedim|empty|empty_like|empty_strided|size|stride|dim|is_nonzero|item|_local_scalar_dense"
-    r"|result_type|set_|record_stream|_has_compatible_shallow_copy_type|unflatten_dense_tensors)$"
-    r"|^autograd::")  # the autograd engine's node: its own ops are the work
+DISPATCH_NS = 20_000  # an op that only dispatches (a view, a metadata query) costs less, even profiled
+RULE_CALLS = 2  # an op's calls that make its median a rule, not one call's accident
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,8 +182,13 @@ class AnalysisContext:
 
     @functools.cached_property
     def host_compute_ops(self) -> np.ndarray:
-        """Outermost ops that made no CUDA call at all (no launch, copy, allocation or sync under them) and ran at
-        least HOST_OP_MIN_NS: math on host tensors, whose time no launch-side fix takes out."""
+        """Outermost library ops (`ns::name`) that made no CUDA call at all (no launch, copy, allocation or sync under
+        them), ran at least HOST_OP_MIN_NS and at least DISPATCH_NS per op in the call, of an op whose such calls
+        take that long as a rule (their median, over RULE_CALLS or more): math on host tensors, whose time no
+        launch-side fix takes out. A view or a metadata query is as quick as the dispatcher, so its median is µs (one
+        call of it that ran long lost its thread, it did not compute), and a composite of many such (a bucket
+        unflattened into views) spends a dispatch's time per op. (A scripted function, a compiled region or Dynamo's
+        guard check is no `ns::` op.)"""
         ops, rt = self.model.ops, self.model.runtime
         linked = rt.op >= 0
         if not len(ops) or not len(rt) or linked.mean() < 0.5:  # calls not tied to ops: which op made none is unknown
@@ -198,13 +197,22 @@ class AnalysisContext:
         made_call = np.zeros(len(ops), bool)
         called = outer[rt.op[linked]]
         made_call[called[called >= 0]] = True
-        own = (outer == np.arange(len(ops))) & ~ops.is_annotation.astype(bool)
-        rows = np.flatnonzero(own & ~made_call & (ops.end_ns - ops.start_ns >= HOST_OP_MIN_NS))
-        # a library op (`ns::name`) that computes: not a view or a metadata query, whose time is the dispatcher's,
-        # nor a scripted function, compiled region or Dynamo's guard check (`delta_r2`, `TorchDynamo Cache Lookup`)
+        own = (outer == np.arange(len(ops))) & ~ops.is_annotation.astype(bool) & ~made_call
+        dur = ops.end_ns - ops.start_ns
+        rows = np.flatnonzero(own & (dur >= HOST_OP_MIN_NS))
+        if not len(rows):
+            return rows
+        in_call = np.zeros(len(ops), np.int64)  # per outermost op: the ops in its call, itself included
+        inside = np.flatnonzero(outer >= 0)
+        np.add.at(in_call, outer[inside], 1)
+        rows = rows[dur[rows] >= DISPATCH_NS * in_call[rows]]
         names = self.model.names
-        computes = {c: "::" in names[c] and not NO_COMPUTE_OP.match(names[c])
-                    for c in distinct(ops.name[rows]).tolist()}
+        own_rows = np.flatnonzero(own)
+        own_names = ops.name[own_rows]
+        computes = {}
+        for c in distinct(ops.name[rows]).tolist():
+            calls = dur[own_rows[own_names == c]]
+            computes[c] = "::" in names[c] and len(calls) >= RULE_CALLS and float(np.median(calls)) >= HOST_OP_MIN_NS
         return rows[np.array([computes[c] for c in ops.name[rows].tolist()], bool)] if len(rows) else rows
 
     @property
