@@ -24,7 +24,7 @@ from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_in
     one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
 from analyzer.views.onetime import SHAPE_SETUP, first_call_ops, one_time_rows
-from analyzer.views.setup import ONE_TIME, ShapeSetup, shape_setup
+from analyzer.views.setup import ONE_TIME, ShapeSetup, own_time_ns, shape_setup
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.graphable import InnerLoop
 from analyzer.views.replay import ReplayModel, build_replay
@@ -183,12 +183,12 @@ class AnalysisContext:
     @functools.cached_property
     def host_compute_ops(self) -> np.ndarray:
         """Outermost library ops (`ns::name`) that made no CUDA call at all (no launch, copy, allocation or sync under
-        them), ran at least HOST_OP_MIN_NS and at least DISPATCH_NS per op in the call, of an op whose such calls
-        take that long as a rule (their median, over RULE_CALLS or more): math on host tensors, whose time no
-        launch-side fix takes out. A view or a metadata query is as quick as the dispatcher, so its median is µs (one
-        call of it that ran long lost its thread, it did not compute), and a composite of many such (a bucket
-        unflattened into views) spends a dispatch's time per op. (A scripted function, a compiled region or Dynamo's
-        guard check is no `ns::` op.)"""
+        them), ran at least HOST_OP_MIN_NS with some op in the call spending more than a dispatch (DISPATCH_NS) in
+        its own code, of an op whose such calls take that long as a rule (their median, over RULE_CALLS or more):
+        math on host tensors, whose time no launch-side fix takes out. A view or a metadata query is as quick as the
+        dispatcher, so its median is µs (one call of it that ran long lost its thread, it did not compute), and a
+        composite of many such (a bucket unflattened into views) has no op doing more than dispatch. (A scripted
+        function, a compiled region or Dynamo's guard check is no `ns::` op.)"""
         ops, rt = self.model.ops, self.model.runtime
         linked = rt.op >= 0
         if not len(ops) or not len(rt) or linked.mean() < 0.5:  # calls not tied to ops: which op made none is unknown
@@ -202,10 +202,10 @@ class AnalysisContext:
         rows = np.flatnonzero(own & (dur >= HOST_OP_MIN_NS))
         if not len(rows):
             return rows
-        in_call = np.zeros(len(ops), np.int64)  # per outermost op: the ops in its call, itself included
+        longest_own = np.zeros(len(ops), np.int64)  # per outermost op: the longest own time of an op in its call
         inside = np.flatnonzero(outer >= 0)
-        np.add.at(in_call, outer[inside], 1)
-        rows = rows[dur[rows] >= DISPATCH_NS * in_call[rows]]
+        np.maximum.at(longest_own, outer[inside], own_time_ns(self.model)[inside])
+        rows = rows[longest_own[rows] >= DISPATCH_NS]
         names = self.model.names
         own_rows = np.flatnonzero(own)
         own_names = ops.name[own_rows]
