@@ -21,7 +21,6 @@ import random
 import shutil
 import statistics
 import time
-import unicodedata
 
 import torch
 import torch.nn as nn
@@ -40,15 +39,27 @@ def make_pieces(seed=0):
 PIECES = make_pieces()
 
 
-def detokenize(ids):
-    """The whole text so far, from its pieces, normalized and word-split: what an incremental detokenizer that
-    re-decodes its tail does, written plainly."""
-    words = []
-    for i in ids:
-        piece = PIECES[i]
-        words.append(piece if i % 3 else " " + piece)
-    text = unicodedata.normalize("NFKC", "".join(words))
-    return " ".join(w.capitalize() if len(w) > 3 else w for w in text.split(" "))
+BYTE_DECODER = {chr(b if 33 <= b < 127 else 256 + b): b for b in range(256)}  # byte-level BPE's char <-> byte
+for _c in "abcdefghijklmnopqrstuvwxyzéèàç ":
+    BYTE_DECODER.setdefault(_c, ord(_c) if ord(_c) < 256 else 63)
+
+
+def detokenize(ids, previous=""):
+    """The whole text so far, decoded the way a slow (pure-Python) byte-level BPE tokenizer's decode() does it (pieces
+    joined, every character mapped back to its byte, the bytes decoded as UTF-8), and the part that is new since the
+    previous step's text (its common prefix walked character by character): what an incremental detokenizer that
+    re-decodes the sequence every step costs, written plainly."""
+    text = "".join([PIECES[i] if i % 3 else " " + PIECES[i] for i in ids])
+    buf = [0] * len(text)
+    k = 0
+    for c in text:
+        buf[k] = BYTE_DECODER[c]
+        k += 1
+    raw = bytes(buf).decode("utf-8", errors="replace")
+    i, n = 0, min(len(raw), len(previous))
+    while i < n and raw[i] == previous[i]:
+        i += 1
+    return raw, raw[i:]
 
 
 class Model(nn.Module):
@@ -67,7 +78,7 @@ class Model(nn.Module):
 
 
 class Decoding:
-    def __init__(self, model, detok, prompt_tokens=4000):
+    def __init__(self, model, detok, prompt_tokens=6000):
         self.model, self.detok = model, detok
         self.ids = [random.Random(1).randrange(VOCAB) for _ in range(prompt_tokens)]
         self.token = torch.tensor([self.ids[-1]], device=device)
@@ -77,10 +88,10 @@ class Decoding:
         self.token = self.model(self.token)
         self.ids += self.token.tolist()
         if self.detok == "step":
-            self.text = detokenize(self.ids)
+            self.text, self.new_text = detokenize(self.ids, self.text)
 
     def finish(self):
-        self.text = detokenize(self.ids)
+        self.text, self.new_text = detokenize(self.ids, self.text)
 
 
 def median(values):
@@ -122,7 +133,7 @@ def main():
     detok_ms = []
     for _ in range(5):
         t0 = time.perf_counter()
-        detokenize(ids)
+        detokenize(ids, "")
         detok_ms.append((time.perf_counter() - t0) * 1e3)
     detok_ms = median(detok_ms)
     with torch.inference_mode():
