@@ -85,7 +85,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     idle = ctx.idle
     for i in np.flatnonzero(idle.cause == ALLOCATOR).tolist():
         drained[int(idle.row[i])] += (idle.end_ns[i] - idle.start_ns[i]) / 1e3
-    warmup_calls = capture_calls = 0
+    warmup_calls = capture_calls = setup_calls = 0
     mem_cuda_ts = np.sort(mem.ts_ns[cuda])
     mem_cuda_reserved = mem.total_reserved[cuda][np.argsort(mem.ts_ns[cuda], kind="stable")]
     for r, key in zip(calls.tolist(), [int(k) for k in keys]):
@@ -95,9 +95,11 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
         by_api[api]["total_us"] += (rt.end_ns[r] - rt.start_ns[r]) / 1e3
         first = ctx.one_time[r] != NONE
         captured = bool(ctx.graphs.in_capture[r]) and not first  # a graph capture's own calls: one-time too
-        warmup = first or captured
+        in_setup = bool(ctx.in_setup[r]) and not first and not captured  # a set-up's trial workspaces
+        warmup = first or captured or in_setup
         warmup_calls += first
         capture_calls += captured
+        setup_calls += in_setup
         step = int(steps.index_at(int(rt.start_ns[r]))) if len(steps) else -1
         if step >= 0:
             per_step[steps.names[step]]["reserve_calls" if reserve else "release_calls"] += 1
@@ -132,7 +134,7 @@ def detect(ctx: AnalysisContext) -> DetectorResult:
     process = ctx.meta.get("profiled", "memory_stats_after", default={}) if ctx.meta else {}
     data = {
         "cuda_malloc": reserve_calls, "cuda_free": release_calls, "warmup_calls": int(warmup_calls),
-        "capture_calls": int(capture_calls),
+        "capture_calls": int(capture_calls), "setup_calls": int(setup_calls),
         "api_names": {"malloc": ctx.traits.api("cudaMalloc"), "free": ctx.traits.api("cudaFree")},
         "by_api": {k: {"count": v["count"], "total_us": round(v["total_us"], 3)} for k, v in by_api.items()},
         "reserved_peak_bytes": max((p["reserved_peak_bytes"] for p in peaks.values()), default=0),
@@ -217,7 +219,8 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
     stats = data["memory_stats_delta"] or {}
     names = data["api_names"]
     rt = ctx.model.runtime
-    steady = np.flatnonzero((ctx.runtime_classes == apis.IS_ALLOC) & (ctx.one_time == NONE) & ~ctx.graphs.in_capture)
+    steady = np.flatnonzero((ctx.runtime_classes == apis.IS_ALLOC) & (ctx.one_time == NONE) & ~ctx.graphs.in_capture
+                            & ~ctx.in_setup)
     reserve_codes = [c for c, n in enumerate(ctx.model.names) if n in apis.ALLOC_RESERVE]
     reserves = int(np.isin(rt.name[steady], reserve_codes).sum())
     releases = len(steady) - reserves
@@ -228,7 +231,9 @@ def _findings(ctx: AnalysisContext, data: dict, steps) -> list[Finding]:
         where = f" in {in_steps} of {len(steps)} steps" if len(steps) > 1 else ""
         warm = " and ".join(part for part in (
             plural(data["warmup_calls"], "first allocation") if data["warmup_calls"] else "",
-            plural(data["capture_calls"], "call") + " inside graph captures" if data["capture_calls"] else "") if part)
+            plural(data["capture_calls"], "call") + " inside graph captures" if data["capture_calls"] else "",
+            plural(data["setup_calls"], "call") + " inside set-up for new shapes" if data["setup_calls"] else "")
+            if part)
         warm = f", after {warm}" if warm else ""
         conf = ctx.traits.alloc_conf
         if releases:

@@ -12,7 +12,7 @@ from analyzer.arrays import distinct
 from analyzer.views import apis
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
 from analyzer.units import fmt_us, plural, us
-from analyzer.views.idle import CAUSES, CPU_LAUNCH, HOST_COMPUTE, INPUT_WAIT
+from analyzer.views.idle import CAUSES, CPU_LAUNCH, HOST_COMPUTE, INPUT_WAIT, SETUP
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.sites import describe_site, piece_site_keys
 from analyzer.views.waits import present_codes
@@ -272,11 +272,11 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
 
 
 def _host_bound_share(ctx: AnalysisContext) -> float:
-    """The share of the idle the host spent in work no graph of GPU launches can hold: math on host tensors and
-    waits for input."""
+    """The share of the idle the host spent in work no graph of GPU launches can hold: math on host tensors, waits
+    for input, and set-up for input shapes that keep changing (a graph replays the shapes it captured)."""
     idle = ctx.idle
     total = int(idle.duration_ns.sum())
-    return (idle.total_ns(HOST_COMPUTE) + idle.total_ns(INPUT_WAIT)) / total if total else 0.0
+    return (idle.total_ns(HOST_COMPUTE) + idle.total_ns(INPUT_WAIT) + idle.total_ns(SETUP)) / total if total else 0.0
 
 
 def _compiled_share(ctx: AnalysisContext, pieces: np.ndarray) -> float:
@@ -392,8 +392,8 @@ def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
     if traits.graphs.replayed or traits.training:
         return pieces_fix(ctx, pieces, "the CPU time before each eagerly launched kernel taken out")
     if _host_bound_share(ctx) >= HOST_BOUND_SHARE:  # a graph cannot hold the step's host math or input waits
-        return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (the host math and input waits in the "
-                                       f"step stay: a {traits.graph_word} cannot hold them)")
+        return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (the host math, input waits and set-up "
+                                       f"for new shapes in the step stay: a {traits.graph_word} cannot hold them)")
     gaps = pieces_fix(ctx, pieces, "")
     return Fix(f"the {traits.step_word}s replayed as {traits.graph_word}s (their GPU work back to back)",
                gaps.removed if gaps else np.zeros((0, 3), np.int64), as_graphs=True)

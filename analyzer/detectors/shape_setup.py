@@ -77,9 +77,12 @@ def _finding(ctx: AnalysisContext, g: dict, k: int) -> Finding:
     library = f"{g['library']} " if g["library"] else ""
     where = (f"in {g['steps_with_setup']} of {g['steps']} {ctx.traits.step_word}s" if g["steps_with_setup"] else
              "outside the window's steps" if g["steps"] else "in a window without steps")
+    usual = (f"its calls at a shape already seen: {fmt_us(g['usual_us'])}" if g["usual_us"] else
+             "no call at a shape already seen to compare with; each searched, "
+             f"{plural(g['inside']['launches'], 'launch', 'launches')} and {plural(g['inside']['syncs'], 'sync')} "
+             f"in the longest")
     title = (f"{library}set-up for each new input shape in {g['op']}: {plural(g['setup_calls'], 'call')} at a new "
-             f"shape {where}, {fmt_us(g['own_us_median'])} each (its calls at a shape already seen: "
-             f"{fmt_us(g['usual_us'])})")
+             f"shape {where}, {fmt_us(g['own_us_median'])} each ({usual})")
     return Finding(
         kind="shape_setup", severity=severity_for(g["idle_us"], ctx.timeline.window_ns / 1e3), title=title,
         call_site=g["call_site"], library_site=g["site"]["library_below"], impact_us=g["idle_us"],
@@ -92,11 +95,12 @@ def _finding(ctx: AnalysisContext, g: dict, k: int) -> Finding:
 
 def _advice(ctx: AnalysisContext, g: dict) -> str:
     op, inside, usual = g["op"], g["inside"], g["usual_inside"] or {}
+    against = (f"against {fmt_us(g['usual_us'])} for a call at a shape it had run" if g["usual_us"] else
+               "(no call at a shape it had already run, to compare with)")
     text = (f"{g['op']} ran at {plural(g['distinct_shapes'], 'distinct input shape')} in {plural(g['calls'], 'call')} "
             f"in this window, and its first call at each new shape cost {fmt_us(g['own_us_median'])} of its own host "
-            f"time (median) against {fmt_us(g['usual_us'])} for a call at a shape it had run: the library builds or "
-            f"chooses its kernel per input configuration and caches it by shape, so a shape that changes keeps paying "
-            f"for it.")
+            f"time (median) {against}: the library builds or chooses its kernel per input configuration and caches "
+            f"it by shape, so a shape that changes keeps paying for it.")
     text += (" New shapes kept arriving through the window: the cost is per step, not warm-up." if
              g["recurrence"] == "recurring" else
              " The window cannot tell whether new shapes stop arriving (too few steps, and none of these shapes "
@@ -105,8 +109,9 @@ def _advice(ctx: AnalysisContext, g: dict) -> str:
         inside["launches"] > usual.get("launches", 0)
     if searched:
         text += (f" Inside the longest one it launched {plural(inside['launches'], 'kernel')} and synchronized "
-                 f"{plural(inside['syncs'], 'time')} (a usual call: {usual.get('launches', 0)} and "
-                 f"{usual.get('syncs', 0)}): timing candidate algorithms on the GPU")
+                 f"{plural(inside['syncs'], 'time')}" + (f" (a usual call: {usual.get('launches', 0)} and "
+                                                         f"{usual.get('syncs', 0)})" if usual else "") +
+                 ": timing candidate algorithms on the GPU")
         text += (", which torch.backends.cudnn.benchmark=True does for every new input configuration: turn it off "
                  "where shapes vary, or pad / bucket the inputs to a few sizes." if "cudnn" in op.lower() or
                  "conv" in op.lower() else ": keep the shapes few (pad or bucket them) so the search runs once each.")

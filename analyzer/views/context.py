@@ -127,7 +127,7 @@ class AnalysisContext:
 
     @functools.cached_property
     def _classified(self) -> tuple[Gaps, IdlePieces]:
-        roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation)
+        roles = CallRoles(self.runtime_classes, self.blocking, self.one_time, self.instrumentation, self.in_setup)
         setup = self.shape_setup
         return classify_idle(self.model, self.timeline, roles,
                              OpRoles(self.warmup_ops, self.host_compute_ops, setup.of(ONE_TIME),
@@ -136,7 +136,15 @@ class AnalysisContext:
     @functools.cached_property
     def shape_setup(self) -> ShapeSetup:
         """Library ops' set-up for input shapes they had not run yet (analyzer.views.setup)."""
-        return shape_setup(self.model, self.steps)
+        return shape_setup(self.model, self.steps, self.runtime_classes)
+
+    @functools.cached_property
+    def in_setup(self) -> np.ndarray:
+        """Per runtime row: made inside a library op's set-up for a new shape (its search's syncs, its trial
+        workspaces' allocations): the set-up's, not the workload's syncs or allocator churn."""
+        mask = np.zeros(len(self.model.runtime), bool)
+        mask[self._inside_setup] = True
+        return mask
 
     @functools.cached_property
     def _inside_setup(self) -> np.ndarray:

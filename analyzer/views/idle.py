@@ -144,6 +144,7 @@ class CallRoles:
     blocking: np.ndarray  # bool: blocks the CPU until GPU work finishes
     one_time: np.ndarray  # analyzer.views.onetime label codes (0: steady state)
     instrumentation: np.ndarray  # bool: the measurement's own call
+    in_setup: np.ndarray  # bool: made inside a library op's set-up for a new shape (analyzer.views.setup)
 
 
 def classify_idle(model: TraceModel, timeline: GpuTimeline, roles: CallRoles, op_roles: OpRoles,
@@ -263,7 +264,7 @@ def _layers(model: TraceModel, roles: CallRoles, op_roles: OpRoles, input_ops: n
         calls(PROFILER, tool),
         calls(SYNC, blocking & ~tool),
         # a graph capture's own allocations (torch.cuda.graph empties the cache, its private pool) are the capture's
-        calls(ALLOCATOR, memory & (one_time == 0) & ~tool & ~graphs.in_capture),
+        calls(ALLOCATOR, memory & (one_time == 0) & ~tool & ~graphs.in_capture & ~roles.in_setup),
         calls(WARMUP, (one_time > 0) & ~tool),
         # a set-up call's whole span (the syncs of an algorithm search are not `blocking`; the calls inside a one-time
         # set-up are labelled one-time), but for one-time calls inside it (a kernel's module loaded at its launch)

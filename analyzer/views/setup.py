@@ -16,7 +16,10 @@ Whether it comes back is read from the window:
 - recurring: new shapes keep arriving: set-up calls of the op in at least half of the steps after the first, at
   least two of them, at shapes that never recur (a sequence length that grows every step);
 - unknown: neither (no steps, or too few of them, and shapes that do not recur): nothing says it does not recur.
-An op with no call at a seen shape has no usual cost to compare with: none of its calls is set-up here.
+An op with no call at a seen shape has no usual cost to compare with: its calls are set-up only where the call shows
+the search itself, timing candidates on the GPU (SEARCH_CALLS or more synchronizing calls and as many launches made
+inside one op call: cudnn.benchmark's algorithm search, which a library op's single kernel never needs), with
+OUTLIER_MIN_NS of its own time.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from analyzer.views import apis
 from analyzer.views.onetime import OUTLIER_FACTOR, OUTLIER_MIN_NS
 from analyzer.views.steps import StepRanges
 
+SEARCH_CALLS = 4  # syncs (and launches) inside one call that time candidates: a search, not an op's own read-back
 SHAPES_RECORDED = 0.5  # at least this share of library ops carry Input Dims: the trace recorded shapes
 ONE_TIME, RECURRING, UNKNOWN = range(3)
 RECURRENCE = ("one-time", "recurring", "unknown")
@@ -72,7 +76,7 @@ def _empty(recorded: bool) -> ShapeSetup:
     return ShapeSetup(recorded, empty, empty, empty, np.zeros(0, np.int8), {}, {})
 
 
-def shape_setup(model: TraceModel, steps: StepRanges) -> ShapeSetup:
+def shape_setup(model: TraceModel, steps: StepRanges, classes: np.ndarray) -> ShapeSetup:
     ops, names = model.ops, model.names
     if not len(ops):
         return _empty(False)
@@ -99,10 +103,12 @@ def shape_setup(model: TraceModel, steps: StepRanges) -> ShapeSetup:
     bounds = np.flatnonzero(np.r_[True, n[1:] != n[:-1], True])
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         repeat = ~first[lo:hi]
-        if not repeat.any():
-            continue  # every call at a new shape: no usual cost to compare with
-        usual = float(np.median(t[lo:hi][repeat]))
-        slow = first[lo:hi] & (t[lo:hi] >= OUTLIER_FACTOR * usual) & (t[lo:hi] - usual >= OUTLIER_MIN_NS)
+        if repeat.any():
+            usual = float(np.median(t[lo:hi][repeat]))
+            slow = first[lo:hi] & (t[lo:hi] >= OUTLIER_FACTOR * usual) & (t[lo:hi] - usual >= OUTLIER_MIN_NS)
+        else:  # every call at a new shape: no usual cost to compare with, but a search shows itself
+            usual = 0.0
+            slow = (t[lo:hi] >= OUTLIER_MIN_NS) & _searching(model, classes, rows[lo:hi])
         if not slow.any():
             continue
         code = int(n[lo])
@@ -134,6 +140,15 @@ def shape_setup(model: TraceModel, steps: StepRanges) -> ShapeSetup:
     by_time = np.argsort(ops.start_ns[rows], kind="stable")
     return ShapeSetup(True, rows[by_time], np.concatenate(out_own)[by_time], np.concatenate(out_usual)[by_time],
                       np.concatenate(out_rec)[by_time], distinct_shapes, calls)
+
+
+def _searching(model: TraceModel, classes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per op row: at least SEARCH_CALLS synchronizing calls and as many launches made inside it on its thread."""
+    out = np.zeros(len(rows), bool)
+    for k, row in enumerate(rows.tolist()):
+        inside = calls_inside(model, classes, row)
+        out[k] = inside["syncs"] >= SEARCH_CALLS and inside["launches"] >= SEARCH_CALLS
+    return out
 
 
 def _ancestors_of(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
