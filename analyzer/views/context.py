@@ -23,7 +23,7 @@ from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces,
 from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_invocations, host_during, \
     one_time_untraced
 from analyzer.views.instrumentation import instrumentation_rows
-from analyzer.views.onetime import SHAPE_SETUP, first_call_ops, one_time_rows
+from analyzer.views.onetime import SHAPE_SETUP, first_call_ops, one_time_rows, start_up_calls
 from analyzer.views.setup import ONE_TIME, ShapeSetup, own_time_ns, shape_setup
 from analyzer.views.queued import QueuedWaits, queued_waits
 from analyzer.views.graphable import InnerLoop
@@ -176,7 +176,7 @@ class AnalysisContext:
         gaps, idle = self._classified
         return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
                                  lambda: first_invocations(self.model, self.outermost_ops), self.steps,
-                                 self.recompile_spans)
+                                 self.recompile_spans, bool(start_up_calls(self.model).any()))
 
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:

@@ -242,12 +242,13 @@ def _covered_inside(tables, pid, tid, lo, hi) -> np.ndarray:
 
 
 def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermost_ops: np.ndarray,
-                      first_invocations: Callable[[], np.ndarray], steps,
-                      recurring_spans) -> tuple[np.ndarray, list[tuple[str, str]]]:
+                      first_invocations: Callable[[], np.ndarray], steps, recurring_spans,
+                      starts_up: bool = False) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """The described pieces of untraced host time that a warmed-up process would not spend again (the rules in this
     module's docstring), and per piece its (kind, what) for the report: ("cold step", ...), ("JIT compilation",
     "before the first launch of <kernel>"), ("first run", ...) or ("first call", op). first_invocations is called
-    only where a piece needs it (a sort of every outermost op)."""
+    only where a piece needs it (a sort of every outermost op). starts_up: the window holds its process's start-up
+    (analyzer.views.onetime.start_up_calls), which, without steps, says what a kernel's first wait is."""
     rt, gpu, ops, names = model.runtime, model.gpu, model.ops, model.names
     first_invocations = functools.cache(first_invocations)
     untraced = np.flatnonzero(during.untraced)
@@ -288,9 +289,10 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             why.append(("JIT compilation", f"before the first launch of {_short(names[gpu.name[nxt]])}"))
             continue
         # ... and it is not yet steady: every earlier run of it waited about as long (none is the first run); only
-        # where steps say what "later" is: in a window without steps a single wait before a kernel shows nothing
+        # where steps say what "later" is, or the window holds the process's start-up: otherwise, in a window
+        # without steps, a single wait before a kernel shows nothing
         earlier = np.flatnonzero(same & (step_of < step_of[nxt]))
-        if len(steps) and len(later) and not (wait_before[earlier] * RECURRING < dur).any():
+        if (len(steps) or starts_up) and len(later) and not (wait_before[earlier] * RECURRING < dur).any():
             out.append(piece)
             which = "the first run" if not len(earlier) else f"run {len(earlier) + 1}"
             why.append(("first run", f"before {which} of {_short(names[gpu.name[nxt]])} (its {len(later)} later "

@@ -68,12 +68,8 @@ def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndar
 def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
     rt = model.runtime
     dur = rt.end_ns - rt.start_ns
-    head = _before_first_gpu_work(model)
     outlier = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_FACTOR * _median_by_api(rt.name, dur))
-    # before its process's first GPU work (starting up: context, handles, libraries), measured against the API's
-    # calls once GPU work runs, where it makes any (two 4 s cudaFree calls at start-up are each other's median)
-    later = _median_by_api(rt.name[~head], dur[~head], len(model.names))
-    head_outlier = head & (dur >= OUTLIER_MIN_NS) & ((later[rt.name] < 0) | (dur >= OUTLIER_FACTOR * later[rt.name]))
+    head_outlier = start_up_calls(model)
     outlier |= head_outlier
     if not outlier.any():
         return outlier
@@ -97,6 +93,18 @@ def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.nda
         rows = np.flatnonzero(loose)
         first[_first_per_group(key[rows], rt.name[rows], rt.start_ns[rows], rows)] = True
     return outlier & first
+
+
+def start_up_calls(model: TraceModel) -> np.ndarray:
+    """Per runtime row: a call before its process's first GPU work (starting up: context, handles, libraries) at
+    least OUTLIER_MIN_NS long and OUTLIER_FACTOR times the same API's calls once GPU work runs, where it makes any
+    (two 4 s cudaFree calls at start-up are each other's median). A window that holds one holds its process's
+    start-up."""
+    rt = model.runtime
+    dur = rt.end_ns - rt.start_ns
+    head = _before_first_gpu_work(model)
+    later = _median_by_api(rt.name[~head], dur[~head], len(model.names))
+    return head & (dur >= OUTLIER_MIN_NS) & ((later[rt.name] < 0) | (dur >= OUTLIER_FACTOR * later[rt.name]))
 
 
 def _median_by_api(names: np.ndarray, dur: np.ndarray, n_names: int | None = None) -> np.ndarray:
