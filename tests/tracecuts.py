@@ -101,3 +101,87 @@ def drop_category(trace: dict, cat: str) -> tuple[dict, int]:
     dropped = len(out["traceEvents"]) - len(keep)
     out["traceEvents"] = keep
     return out, dropped
+
+
+def renumber_steps(trace: dict, offset: int) -> dict:
+    """Every `name#N` annotation (ProfilerStep#N, decode_step#N) renumbered N + offset: the same window, taken later
+    in the run."""
+    import re
+    out = copy.deepcopy(trace)
+    for e in out["traceEvents"]:
+        if e.get("cat") in ("user_annotation", "gpu_user_annotation") and isinstance(e.get("name"), str):
+            e["name"] = re.sub(r"#(\d+)$", lambda m: f"#{int(m.group(1)) + offset}", e["name"])
+    return out
+
+
+def shift_clock(trace: dict, shift_us: float) -> dict:
+    """Every event moved by shift_us: the same run, recorded against another clock origin."""
+    out = copy.deepcopy(trace)
+    for e in out["traceEvents"]:
+        if "ts" in e and isinstance(e["ts"], (int, float)):
+            e["ts"] = e["ts"] + shift_us
+    return out
+
+
+def drop_memory_events(trace: dict) -> tuple[dict, int]:
+    """The [memory] (and [OutOfMemory]) instants dropped: the trace profile_memory=False would write."""
+    out = copy.deepcopy(trace)
+    keep = [e for e in out["traceEvents"] if e.get("name") not in ("[memory]", "[OutOfMemory]")]
+    dropped = len(out["traceEvents"]) - len(keep)
+    out["traceEvents"] = keep
+    return out, dropped
+
+
+def scale_spans(trace: dict, annotation_prefix: str, frame_suffix: str, factor: float) -> tuple[dict, int]:
+    """Every CPU annotation whose name starts with `annotation_prefix`, and every Python frame whose name ends with
+    `frame_suffix`, made `factor` times as long (their starts kept): a wait that ended sooner. Returns the trace
+    and the number of annotations changed."""
+    out = copy.deepcopy(trace)
+    n = 0
+    for e in out["traceEvents"]:
+        name = str(e.get("name", ""))
+        if "dur" not in e:
+            continue
+        if e.get("cat") == "user_annotation" and name.startswith(annotation_prefix):
+            e["dur"] = e["dur"] * factor
+            n += 1
+        elif e.get("cat") == "python_function" and name.endswith(frame_suffix):
+            e["dur"] = e["dur"] * factor
+    return out, n
+
+
+def duplicate_last_step(trace: dict, step_prefix: str = "ProfilerStep#") -> tuple[dict, str]:
+    """The last `step_prefix` step run once more right after the window: every complete event inside its span (CPU
+    and GPU) copied, moved past the last event, its ids (correlation, External id, Python id) made new, the step
+    renumbered. Returns the trace and the new step's name."""
+    import re
+    out = copy.deepcopy(trace)
+    events = out["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(step_prefix)]
+    last = max(steps, key=lambda e: e["ts"])
+    lo = last["ts"]
+    gpu_lo = min((e["ts"] for e in events if _is_gpu(e) and e.get("ph") == "X" and e["ts"] >= lo), default=lo)
+    hi = max(e["ts"] + e.get("dur", 0) for e in events if e.get("ph") == "X" and e["ts"] >= lo)
+    shift = hi - lo + 10.0
+    n = int(re.search(r"#(\d+)$", last["name"]).group(1))
+    name = f"{step_prefix}{n + 1}"
+    big = 10 ** 9
+    copies = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("ts", -1) < min(lo, gpu_lo) or e.get("cat") == "Trace":
+            continue
+        c = copy.deepcopy(e)
+        c["ts"] = e["ts"] + shift
+        args = c.get("args") if isinstance(c.get("args"), dict) else None
+        if args is not None:
+            for key in ("correlation", "External id", "Python id", "Python parent id"):
+                if isinstance(args.get(key), int):
+                    args[key] += big
+        if c.get("name") == last["name"]:
+            c["name"] = name
+        copies.append(c)
+    events.extend(copies)
+    for e in events:
+        if e.get("cat") == "Trace" and "dur" in e:
+            e["dur"] = max(e["dur"], hi + shift - e["ts"])
+    return out, name

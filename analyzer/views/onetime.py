@@ -8,7 +8,8 @@
 - first allocation: the caching allocator reserving device (or pinned host) memory before anything was released in
   the window, in or before the first step: the cache filling up, not churn;
 - first step only: every reserve and release of the window in its first step (a first iteration: a library's
-  workspaces, autotuning's trial buffers) and none in the steps after it: the pool settling, not churn;
+  workspaces, autotuning's trial buffers) and none in the steps after it: the pool settling, not churn; only where
+  that step can be the process's first (numbered 0 or 1, or not numbered);
 - shape set-up: made inside a library op's one-time set-up for a new input shape (analyzer.views.setup; labelled by
   the analysis context, which knows those calls).
 """
@@ -190,12 +191,22 @@ def _first_step_memory(model: TraceModel, classes: np.ndarray, label: np.ndarray
     with none)."""
     rt = model.runtime
     rows = np.flatnonzero(((classes == apis.IS_ALLOC) | (classes == apis.IS_HOST_ALLOC)) & (label == NONE))
-    if not len(rows) or len(steps) < 2:
+    if not len(rows) or len(steps) < 2 or not is_first_iteration(steps.names[0]):
         return np.zeros(0, np.int64)
     at = steps.index_at(rt.start_ns[rows])
     if (at != 0).any():  # the window's first step alone (a later step's growth is the loop's own)
         return np.zeros(0, np.int64)
     return rows
+
+
+STEP_NUMBER = re.compile(r"#(\d+)$")
+
+
+def is_first_iteration(step_name: str) -> bool:
+    """Whether a window's first step can be its process's first iteration: numbered 0 or 1 (ProfilerStep#0, a
+    loop's step#1), or not numbered (a prefill). A window starting at step #500 starts mid-run."""
+    m = STEP_NUMBER.search(step_name)
+    return m is None or int(m.group(1)) <= 1
 
 
 def _first_allocations(model: TraceModel, classes: np.ndarray, label: np.ndarray, steps: StepRanges) -> np.ndarray:
