@@ -20,7 +20,7 @@ import numpy as np
 
 from analyzer.arrays import distinct
 from . import joins
-from .columns import StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
+from .columns import Codes, StringTable, ThreadIds, exact_ns, ints, lost_precision, microseconds, to_ns
 from .commargs import COMM_OP, comm_op_args
 from .errors import TraceError
 from .model import Frames, Gpu, GpuAnnotations, GpuKind, Memory, Ops, Overhead, Runtime, Steps, TraceModel
@@ -88,7 +88,7 @@ _ARGS_BY_CATEGORY = tuple(
     )
 )
 _JSON_BLANKS = b" \t\r\n"
-_SHAPES_GROUP = 0  # the ops' group: their Input Dims go to the string table too
+_SHAPES_GROUP = 0  # the ops' group: their Input Dims' texts follow the names in the model's string table
 _ARGS_GROUP_OF_CATEGORY = np.full(LEGACY_OPERATOR + 1, -1, dtype=np.int8)
 for _group, (_codes, _) in enumerate(_ARGS_BY_CATEGORY):
     _ARGS_GROUP_OF_CATEGORY[_codes] = _group
@@ -308,7 +308,8 @@ class EventColumns:
     def __init__(self, *, lenient: bool) -> None:
         self.lenient = lenient
         self.strings = StringTable()
-        self.shapes = StringTable()  # Input Dims texts: appended to the names when the model is built
+        self.shapes = Codes({b"": 0})  # Input Dims' texts (b"": none) -> code; appended to the names at the end
+        self.spans: list[tuple[int, int]] = []  # the profiler's own spans (category Trace): (start, end) ns
         self.threads = ThreadIds()
         self.events = 0
         self.slices = 0
@@ -324,6 +325,10 @@ class EventColumns:
         )
         if categories.min(initial=0) < 0:
             self._count_foreign(categories)
+        spans = np.flatnonzero(categories == CATEGORY_CODE["trace"])
+        if len(spans):  # the profiler's own span: kept apart (its string pid and tid would slow the thread ids)
+            self._profiler_spans(_take(events, spans))
+            categories[spans] = 0
         is_slice = (categories > 0) & (categories != CATEGORY_CODE["cpu_instant_event"])
         slices = list(compress(events, is_slice.tolist()))
         category = categories[is_slice]
@@ -358,6 +363,12 @@ class EventColumns:
         self._append(**self._memory_columns(memory_events))
         self.events += len(events)
         self.slices += len(slices)
+
+    def _profiler_spans(self, events: list) -> None:
+        start, has_start = to_ns(microseconds(events, attrgetter("ts"), lenient=self.lenient))
+        dur, has_dur = to_ns(microseconds(events, attrgetter("dur"), lenient=self.lenient))
+        ok = has_start & has_dur & (dur >= 0)
+        self.spans += list(zip(start[ok].tolist(), (start + dur)[ok].tolist()))
 
     def last_batch_names(self, name: str) -> bool:
         """Whether a slice of the batch added last is named `name`."""
@@ -406,15 +417,15 @@ class EventColumns:
         return columns
 
     def _shape_codes(self, args: list) -> np.ndarray:
-        """Per op: the code (in the string table) of its Input Dims as written, -1 where it has none."""
+        """Per op: the code of its Input Dims (their JSON text, as bytes: interned as they are, tidied once per
+        distinct text when the model is built), -1 where it has none."""
         if self.lenient:
-            dims = [None if a.input_dims is None else msgspec.json.encode(a.input_dims) for a in args]
+            dims = [b"" if a.input_dims is None else msgspec.json.encode(a.input_dims) for a in args]
+        elif args:  # one join and one split in C make the batch's bytes faster than a bytes() per Raw
+            dims = b"\0".join(map(attrgetter("input_dims"), args)).split(b"\0")
         else:
-            dims = [bytes(d).translate(None, _JSON_BLANKS) or None for d in map(attrgetter("input_dims"), args)]
-        codes = self.shapes.codes([d.decode() for d in dims if d is not None], _same, lenient=False)
-        out = np.full(len(dims), MISSING, np.int32)
-        out[[d is not None for d in dims]] = codes
-        return out
+            dims = []
+        return np.fromiter(map(self.shapes.__getitem__, dims), np.int32, count=len(args)) - 1
 
     def _count_odd(self, odd: np.ndarray, category: np.ndarray, key: str) -> None:
         """Count values that are there but not integers (read as missing), by category."""
@@ -439,7 +450,8 @@ class EventColumns:
     def export(self) -> dict:
         """All columns, the name table and the event count, for extend() in another process."""
         exported = {name: self.column(name) for name in list(self._parts)}
-        return dict(exported, names=self.strings.strings(), shapes=self.shapes.strings(), events=self.events,
+        return dict(exported, names=self.strings.strings(), shapes=list(self.shapes), spans=self.spans,
+                    events=self.events,
                     slices=self.slices,
                     lost_precision=self.lost_precision, thread_names=self.threads.export(), foreign=dict(self.foreign),
                     problems=dict(self.problems), comm_args=self.comm_args)
@@ -448,8 +460,11 @@ class EventColumns:
         """Append the columns another EventColumns exported: the events that follow this one's in the file."""
         exported = dict(exported)
         codes = self.strings.codes(exported.pop("names"), _same, lenient=False)
-        shape_codes = np.r_[self.shapes.codes(exported.pop("shapes"), _same, lenient=False), MISSING]  # [-1]: none
+        # the helper's shape codes (its table's index - 1; -1 none) -> this table's, [-1] staying -1
+        shape_codes = np.r_[np.fromiter(map(self.shapes.__getitem__, exported.pop("shapes")), np.int32)[1:] - 1,
+                            MISSING]
         thread_names = exported.pop("thread_names")
+        self.spans += exported.pop("spans")
         self.foreign.update(exported.pop("foreign"))
         self.problems.update(exported.pop("problems"))
         self.lost_precision = self.lost_precision or exported.pop("lost_precision")
@@ -490,6 +505,7 @@ class _Builder:
         self.foreign = columns.foreign
         self.comm_args = columns.comm_args
         self.strings, self.threads, self.shapes = columns.strings, columns.threads, columns.shapes
+        self.spans = columns.spans
         self.slice_rows, self.memory_rows = columns.column("slice_rows"), columns.column("memory_rows")
         self.category = columns.column("category")
         self.lost_precision = columns.lost_precision
@@ -566,8 +582,7 @@ class _Builder:
     def _profiler_span(self) -> tuple[int, int] | None:
         """(start, end) ns of the profiler's own span(s) (`PyTorch Profiler (N)`, category Trace): the window it
         recorded; None where the trace has none."""
-        rows = self._rows("spans", "trace")
-        return (int(self.start[rows].min()), int(self.end[rows].max())) if len(rows) else None
+        return (min(s for s, _ in self.spans), max(e for _, e in self.spans)) if self.spans else None
 
     def _frames(self) -> dict[str, np.ndarray]:
         rows = self._rows("frames", "python_function")
@@ -629,7 +644,8 @@ class _Builder:
         self._drop_event_columns()
         self._join_threads(ops, frames, runtime, memory)
         self._join_correlations(runtime, gpu)
-        names = self.strings.strings() + self.shapes.strings()
+        names = self.strings.strings() + tuple(d.translate(None, _JSON_BLANKS).decode(errors="replace")
+                                               for d in list(self.shapes)[1:])
         steps = self._steps(ops, names)
         del frames["parent_python_id"]
         return TraceModel(

@@ -170,7 +170,9 @@ def _renumber(column: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
     return np.where(provisional, new_ids[np.where(provisional, k, 0)], column)
 
 
-class _Codes(dict):
+class Codes(dict):
+    """Interned keys: each new one gets the next code."""
+
     def __missing__(self, name: str) -> int:
         code = self[name] = len(self)
         return code
@@ -180,7 +182,7 @@ class StringTable:
     """Interns names to int32 codes shared by every table of a model."""
 
     def __init__(self) -> None:
-        self._codes = _Codes()
+        self._codes = Codes()
 
     def codes(self, rows: Sequence, get: Getter, *, lenient: bool, bad: list | None = None) -> np.ndarray:
         """Codes of the names; in lenient rows anything but a string reads as "" (with `bad` given, the number
