@@ -52,10 +52,16 @@ class MemorySeries:
 
 
 def _inside_spans(model: TraceModel, rows: np.ndarray, start, end, pid, tid) -> np.ndarray:
-    """The runtime rows among `rows` that lie inside one of the spans (start, end) on their own thread."""
+    """The runtime rows among `rows` (sorted) that lie inside one of the spans (start, end) on their own thread."""
     rt = model.runtime
     if not len(start) or not len(rows):
         return np.zeros(0, np.int64)
+    # only the rows starting inside the spans' union take part (the runtime table is sorted by start)
+    u_start, u_end = merge_intervals(np.asarray(start, np.int64), np.asarray(end, np.int64))
+    k = np.searchsorted(u_start, rt.start_ns[rows], side="right") - 1
+    rows = rows[(k >= 0) & (rt.start_ns[rows] < u_end[np.maximum(k, 0)])]
+    if not len(rows):
+        return rows
     span_key, row_key = thread_keys([pid, rt.pid[rows]], [tid, rt.tid[rows]])
     inside = np.zeros(len(rows), bool)
     for key in distinct(span_key).tolist():  # per thread: the spans' union, searched by each call's start
@@ -111,7 +117,7 @@ class AnalysisContext:
     def one_time(self) -> np.ndarray:
         """Per runtime row: its analyzer.views.onetime label code (0: a steady-state call); the calls made inside a
         one-time set-up for a new shape are that set-up's."""
-        label = one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps)
+        label = one_time_rows(self.model, self.runtime_classes, self.outermost_ops, self.steps, self.start_up)
         setup, ops = self.shape_setup, self.model.ops
         once = setup.of(ONE_TIME)
         if len(once):
@@ -136,7 +142,17 @@ class AnalysisContext:
     @functools.cached_property
     def shape_setup(self) -> ShapeSetup:
         """Library ops' set-up for input shapes they had not run yet (analyzer.views.setup)."""
-        return shape_setup(self.model, self.steps, self.runtime_classes)
+        return shape_setup(self.model, self.steps, self.runtime_classes, self.own_time)
+
+    @functools.cached_property
+    def own_time(self) -> np.ndarray:
+        """Per op row: its own host time (analyzer.views.setup.own_time_ns)."""
+        return own_time_ns(self.model)
+
+    @functools.cached_property
+    def start_up(self) -> np.ndarray:
+        """Per runtime row: a call of its process's start-up (analyzer.views.onetime.start_up_calls)."""
+        return start_up_calls(self.model)
 
     @functools.cached_property
     def in_setup(self) -> np.ndarray:
@@ -176,7 +192,7 @@ class AnalysisContext:
         gaps, idle = self._classified
         return one_time_untraced(self.model, gaps, idle, self.host_during, self.outermost_ops,
                                  lambda: first_invocations(self.model, self.outermost_ops), self.steps,
-                                 self.recompile_spans, bool(start_up_calls(self.model).any()))
+                                 self.recompile_spans, bool(self.start_up.any()))
 
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:
@@ -212,7 +228,7 @@ class AnalysisContext:
             return rows
         longest_own = np.zeros(len(ops), np.int64)  # per outermost op: the longest own time of an op in its call
         inside = np.flatnonzero(outer >= 0)
-        np.maximum.at(longest_own, outer[inside], own_time_ns(self.model)[inside])
+        np.maximum.at(longest_own, outer[inside], self.own_time[inside])
         rows = rows[longest_own[rows] >= DISPATCH_NS]
         names = self.model.names
         own_rows = np.flatnonzero(own)

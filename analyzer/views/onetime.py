@@ -52,25 +52,27 @@ OUTLIER_FACTOR = 20
 OUTLIER_MIN_NS = 500_000
 
 
-def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndarray, steps: StepRanges) -> np.ndarray:
-    """Per runtime row: its one-time label code (NONE for steady-state calls)."""
+def one_time_rows(model: TraceModel, classes: np.ndarray, outermost_ops: np.ndarray, steps: StepRanges,
+                  start_up: np.ndarray | None = None) -> np.ndarray:
+    """Per runtime row: its one-time label code (NONE for steady-state calls); start_up: start_up_calls(model), where
+    the caller has it."""
     rt, names = model.runtime, model.names
     label = np.zeros(len(rt), np.int8)
     if not len(rt):
         return label
     one_time_codes = [c for c, n in enumerate(names) if n in ONE_TIME]
     label[np.isin(rt.name, one_time_codes)] = CREATION
-    label[_first_call_outliers(model, outermost_ops) & (label == NONE)] = FIRST_CALL
+    start_up = start_up_calls(model) if start_up is None else start_up
+    label[_first_call_outliers(model, outermost_ops, start_up) & (label == NONE)] = FIRST_CALL
     label[_first_allocations(model, classes, label, steps)] = FIRST_ALLOCATION
     label[_first_step_memory(model, classes, label, steps)] = FIRST_STEP_MEMORY
     return label
 
 
-def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray) -> np.ndarray:
+def _first_call_outliers(model: TraceModel, outermost_ops: np.ndarray, head_outlier: np.ndarray) -> np.ndarray:
     rt = model.runtime
     dur = rt.end_ns - rt.start_ns
     outlier = (dur >= OUTLIER_MIN_NS) & (dur >= OUTLIER_FACTOR * _median_by_api(rt.name, dur))
-    head_outlier = start_up_calls(model)
     outlier |= head_outlier
     if not outlier.any():
         return outlier

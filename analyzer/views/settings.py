@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.arrays import distinct
+from analyzer.trace.joins import thread_keys
 from analyzer.units import plural
 from analyzer.views.setup import SHAPES_RECORDED
+from analyzer.views.waits import present_codes
 
 
 def setting_checks(ctx, check) -> list:
@@ -19,20 +22,15 @@ def setting_checks(ctx, check) -> list:
             _memory_events(model, check)]
 
 
-def _launching_threads(model) -> set[tuple[int, int]]:
-    rt = model.runtime
-    linked = rt.gpu >= 0
-    return set(zip(rt.pid[linked].tolist(), rt.tid[linked].tolist())) if len(rt) else set()
-
-
 def _python_stacks(model, check):
-    frames = model.frames
-    threads = _launching_threads(model)
-    on_launching = int(sum(1 for t in set(zip(frames.pid.tolist(), frames.tid.tolist())) if t in threads)) \
-        if len(frames) else 0
-    measured = {"python_frames": int(len(frames)), "launching_threads": len(threads),
+    frames, rt = model.frames, model.runtime
+    linked = rt.gpu >= 0
+    launching, framed = thread_keys([rt.pid[linked], frames.pid], [rt.tid[linked], frames.tid])
+    threads = distinct(launching)
+    on_launching = int(np.isin(threads, distinct(framed)).sum())
+    measured = {"python_frames": int(len(frames)), "launching_threads": int(len(threads)),
                 "launching_threads_with_frames": on_launching}
-    if len(frames) and (on_launching or not threads):
+    if len(frames) and (on_launching or not len(threads)):
         return check("python_stacks", "ok", measured,
                      f"Python stacks are recorded ({plural(len(frames), 'frame')}): gaps are named by the code that "
                      f"ran", frozenset())
@@ -45,7 +43,9 @@ def _python_stacks(model, check):
 
 def _input_shapes(model, check):
     ops, names = model.ops, model.names
-    library = np.array(["::" in n for n in names], bool) if len(names) else np.zeros(0, bool)
+    library = np.zeros(len(names), bool)
+    for code in present_codes(ops.name, len(names)).tolist():
+        library[code] = "::" in names[code]
     lib = ~ops.is_annotation.astype(bool) & library[ops.name] if len(ops) else np.zeros(0, bool)
     with_shape = int((lib & (ops.shape >= 0)).sum())
     measured = {"library_ops": int(lib.sum()), "with_input_dims": with_shape}

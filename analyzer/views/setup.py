@@ -32,6 +32,7 @@ from analyzer.trace import TraceModel
 from analyzer.views import apis
 from analyzer.views.onetime import OUTLIER_FACTOR, OUTLIER_MIN_NS
 from analyzer.views.steps import StepRanges
+from analyzer.views.waits import present_codes
 
 SEARCH_CALLS = 4  # syncs (and launches) inside one call that time candidates: a search, not an op's own read-back
 SHAPES_RECORDED = 0.5  # at least this share of library ops carry Input Dims: the trace recorded shapes
@@ -76,23 +77,30 @@ def _empty(recorded: bool) -> ShapeSetup:
     return ShapeSetup(recorded, empty, empty, empty, np.zeros(0, np.int8), {}, {})
 
 
-def shape_setup(model: TraceModel, steps: StepRanges, classes: np.ndarray) -> ShapeSetup:
+def shape_setup(model: TraceModel, steps: StepRanges, classes: np.ndarray, own: np.ndarray | None = None) -> ShapeSetup:
+    """The set-up calls (the module's docstring); `own`: own_time_ns(model), where the caller has it."""
     ops, names = model.ops, model.names
     if not len(ops):
         return _empty(False)
     library = np.zeros(len(names), bool)
-    for code in np.unique(ops.name).tolist():
+    for code in present_codes(ops.name, len(names)).tolist():
         library[code] = "::" in names[code]
     lib = np.flatnonzero(library[ops.name] & ~ops.is_annotation.astype(bool))
     with_shape = lib[ops.shape[lib] >= 0]
     if not len(lib) or len(with_shape) < SHAPES_RECORDED * len(lib):
         return _empty(False)
+    own = own_time_ns(model) if own is None else own
+    # only the ops with a call long enough to be set-up take part (a few names, not every op of a large trace)
+    slow_names = np.zeros(len(names), bool)
+    slow_names[ops.name[with_shape][own[with_shape] >= OUTLIER_MIN_NS]] = True
+    with_shape = with_shape[slow_names[ops.name[with_shape]]]
+    if not len(with_shape):
+        return _empty(True)
     # an op without a tensor input (only scalars and lists: `[[],[],[]]`) records no shape to tell calls apart
     tensor = np.zeros(len(names), bool)
     for code in np.unique(ops.shape[with_shape]).tolist():
         tensor[code] = not NO_TENSOR.match(names[code])
     with_shape = with_shape[tensor[ops.shape[with_shape]]]
-    own = own_time_ns(model)
     name, shape, start = ops.name[with_shape], ops.shape[with_shape], ops.start_ns[with_shape]
     order = np.lexsort((start, shape, name))
     n, s = name[order], shape[order]
