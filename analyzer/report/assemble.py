@@ -263,6 +263,7 @@ def _timeline_payload(ctx: AnalysisContext) -> dict:
         out = [[s, e, CAUSES[c], site_index[k]]
                for s, e, c, k in zip(starts, ends, idle.cause[chosen].tolist(), keys[chosen].tolist())]
         devices[str(dev.device)] = {
+            "window_us": [round(dev.window_start_ns / 1e3, 3), round(dev.window_end_ns / 1e3, 3)],
             "busy_us": [list(p) for p in zip(np.round(bs / 1e3, 3).tolist(), np.round(be / 1e3, 3).tolist())],
             "idle_us": out,
             "idle_total": int(len(mine)), "busy_total": int(len(dev.busy_starts)),

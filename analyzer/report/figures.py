@@ -35,7 +35,8 @@ def _origin(report: dict) -> tuple[float, str]:
     """Time zero of the x axis and its name: the window's start (its host's first event, or the first GPU work),
     else the first memory sample, else the first step (CPU-only traces)."""
     devices = (report.get("timeline") or {}).get("devices") or {}
-    starts = [iv[0] for d in devices.values() for key in ("busy_us", "idle_us") for iv in d.get(key, [])]
+    starts = [d["window_us"][0] if d.get("window_us") else iv[0]  # reports written before window_us: approximate
+              for d in devices.values() for key in ("busy_us", "idle_us") for iv in d.get(key, [])]
     if starts:
         return min(starts), "window start"
     mem = ((report.get("allocator") or {}).get("timeline") or {}).values()

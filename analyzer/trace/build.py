@@ -158,8 +158,7 @@ def _read_whole(text: bytes | mmap.mmap, path: Path) -> tuple[_Builder, dict]:
     builder.notes.update(notes)
     if builder.lost_precision:
         ts = decode_exact_ts(text)
-        builder.use_exact_ts([ts[i] for i in builder.slice_rows.tolist()],
-                             [ts[i] for i in builder.memory_rows.tolist()])
+        builder.use_exact_ts(*([ts[i] for i in rows.tolist()] for rows in builder.exact_rows()))
     return builder, metadata
 
 
@@ -252,16 +251,18 @@ def _scaled(progress: Progress | None, part: EventArray, whole: EventArray) -> P
     return lambda done, _total: progress(done * whole_size // part_size, whole_size)
 
 
-def _exact_ts_in_chunks(text: bytes | mmap.mmap, spans: list, builder: _Builder) -> tuple[list, list]:
-    """Exact ts of the slices and memory events, decoding a chunk at a time again."""
-    slice_ts, memory_ts, first_row = [], [], 0
+def _exact_ts_in_chunks(text: bytes | mmap.mmap, spans: list, builder: _Builder) -> list[list]:
+    """Exact ts of the slices, memory events and profiler spans, decoding a chunk at a time again."""
+    all_rows = builder.exact_rows()
+    found: list[list] = [[] for _ in all_rows]
+    first_row = 0
     for start, end in spans:
         ts = decode_exact_ts(chunk_json(text, start, end))
-        for rows, out in ((builder.slice_rows, slice_ts), (builder.memory_rows, memory_ts)):
+        for rows, out in zip(all_rows, found):
             local = rows[(rows >= first_row) & (rows < first_row + len(ts))] - first_row
             out += [ts[i] for i in local.tolist()]
         first_row += len(ts)
-    return slice_ts, memory_ts
+    return found
 
 
 def _release_pages(text: bytes | mmap.mmap, below: int) -> None:
@@ -309,7 +310,7 @@ class EventColumns:
         self.lenient = lenient
         self.strings = StringTable()
         self.shapes = Codes({b"": 0})  # Input Dims' texts (b"": none) -> code; appended to the names at the end
-        self.spans: list[tuple[int, int]] = []  # the profiler's own spans (category Trace): (start, end) ns
+        self.spans: list[tuple[int, int, int]] = []  # the profiler's own spans (category Trace): (event row, start, dur) ns
         self.threads = ThreadIds()
         self.events = 0
         self.slices = 0
@@ -327,7 +328,7 @@ class EventColumns:
             self._count_foreign(categories)
         spans = np.flatnonzero(categories == CATEGORY_CODE["trace"])
         if len(spans):  # the profiler's own span: kept apart (its string pid and tid would slow the thread ids)
-            self._profiler_spans(_take(events, spans))
+            self._profiler_spans(_take(events, spans), spans + self.events)
             categories[spans] = 0
         is_slice = (categories > 0) & (categories != CATEGORY_CODE["cpu_instant_event"])
         slices = list(compress(events, is_slice.tolist()))
@@ -364,11 +365,13 @@ class EventColumns:
         self.events += len(events)
         self.slices += len(slices)
 
-    def _profiler_spans(self, events: list) -> None:
-        start, has_start = to_ns(microseconds(events, attrgetter("ts"), lenient=self.lenient))
+    def _profiler_spans(self, events: list, rows: np.ndarray) -> None:
+        start_us = microseconds(events, attrgetter("ts"), lenient=self.lenient)
+        self.lost_precision = self.lost_precision or lost_precision(start_us)
+        start, has_start = to_ns(start_us)
         dur, has_dur = to_ns(microseconds(events, attrgetter("dur"), lenient=self.lenient))
         ok = has_start & has_dur & (dur >= 0)
-        self.spans += list(zip(start[ok].tolist(), (start + dur)[ok].tolist()))
+        self.spans += list(zip(rows[ok].tolist(), start[ok].tolist(), dur[ok].tolist()))
 
     def last_batch_names(self, name: str) -> bool:
         """Whether a slice of the batch added last is named `name`."""
@@ -464,7 +467,7 @@ class EventColumns:
         shape_codes = np.r_[np.fromiter(map(self.shapes.__getitem__, exported.pop("shapes")), np.int32)[1:] - 1,
                             MISSING]
         thread_names = exported.pop("thread_names")
-        self.spans += exported.pop("spans")
+        self.spans += [(row + self.events, start, dur) for row, start, dur in exported.pop("spans")]
         self.foreign.update(exported.pop("foreign"))
         self.problems.update(exported.pop("problems"))
         self.lost_precision = self.lost_precision or exported.pop("lost_precision")
@@ -531,10 +534,17 @@ class _Builder:
         for name in ("memory_pid", "memory_tid"):
             self.memory_columns[name] = self.threads.canonical(self.memory_columns[name])
 
-    def use_exact_ts(self, slice_ts: list, memory_ts: list) -> None:
+    def exact_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The event rows whose ts use_exact_ts takes, in its order: slices, memory events, profiler spans."""
+        return self.slice_rows, self.memory_rows, np.array([row for row, _, _ in self.spans], dtype=np.int64)
+
+    def use_exact_ts(self, slice_ts: list, memory_ts: list, span_ts: list) -> None:
         """Replace ts read through doubles by ts decoded exactly (epoch-based µs with ns digits)."""
         self.start, self.has_start = exact_ns(slice_ts)
         self.memory_ts, self.memory_has_ts = exact_ns(memory_ts)
+        span_start, has_span_start = exact_ns(span_ts)
+        self.spans = [(row, start if ok else old, dur) for (row, old, dur), start, ok
+                      in zip(self.spans, span_start.tolist(), has_span_start.tolist())]
         self._set_end()
 
     def _set_end(self) -> None:
@@ -582,7 +592,7 @@ class _Builder:
     def _profiler_span(self) -> tuple[int, int] | None:
         """(start, end) ns of the profiler's own span(s) (`PyTorch Profiler (N)`, category Trace): the window it
         recorded; None where the trace has none."""
-        return (min(s for s, _ in self.spans), max(e for _, e in self.spans)) if self.spans else None
+        return (min(s for _, s, _ in self.spans), max(s + d for _, s, d in self.spans)) if self.spans else None
 
     def _frames(self) -> dict[str, np.ndarray]:
         rows = self._rows("frames", "python_function")

@@ -21,7 +21,7 @@ from .model import Frames, Gpu, GpuAnnotations, Memory, Ops, Overhead, Runtime, 
 # 3: notes, foreign_activity; old categories read, synthetic ids by name; 4: no warning for a replay launched before
 # the window; 5: a step label of any characters but "#"; 6: comm_args; 7: serving engines' step annotations;
 # 8: ops' input shapes, the profiler's span
-FORMAT = 8
+FORMAT = 9
 CACHE_DIR = ".gpu-idle-cache"
 TABLES = {"ops": Ops, "frames": Frames, "runtime": Runtime, "gpu": Gpu, "gpu_annotations": GpuAnnotations,
           "memory": Memory, "overhead": Overhead, "steps": Steps}

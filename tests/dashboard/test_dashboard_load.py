@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.views.timeline import activity_mask
+from analyzer.views.timeline import activity_mask, build_timeline
 from analyzer.trace import load_trace
 from analyzer.api import EXACT_LIMIT
 
@@ -68,13 +68,15 @@ def repeated_trace(src: Path, repeats: int) -> bytes:
 
 
 class Expected:
-    """What the model says a run's stream lanes hold: every kernel / memcpy / memset, ns since the GPU window."""
+    """What the model says a run's stream lanes hold: every kernel / memcpy / memset, ns since the window's start
+    (the host's first recorded event where it precedes the GPU's first work)."""
 
     def __init__(self, trace: Path):
         model = load_trace(trace)
         gpu, active = model.gpu, activity_mask(model)
         start, end = gpu.start_ns[active], gpu.end_ns[active]
-        self.t0_ns = int(start.min())
+        self.t0_ns = min(d.window_start_ns for d in build_timeline(model).devices)
+        assert self.t0_ns <= int(start.min())
         self.starts = (start - self.t0_ns).astype(np.float64)
         self.ends = (end - self.t0_ns).astype(np.float64)
         self.extent = (float(self.starts.min()), float(self.ends.max()))
