@@ -60,11 +60,13 @@ def _group(ctx: AnalysisContext, code: int, pieces: np.ndarray, mine: np.ndarray
     key = int(site_keys(ctx, ops.frame[lead:lead + 1], np.array([lead]), np.array([-1]))[0])
     site = describe_site(ctx, key, int(ops.frame[lead]))
     recurring = bool((setup.recurrence[mine] == RECURRING).any())
+    once = (ops.name[setup.rows] == code) & (setup.recurrence == ONE_TIME)
     return {"op": names[code], "library": library_of(names[code], ctx.traits.hip), "call_site": site["label"],
             "site": site, "setup_calls": int(len(rows)), "calls": setup.calls.get(code, 0),
             "distinct_shapes": setup.distinct_shapes.get(code, 0),
             "steps_with_setup": len(steps_hit), "steps": len(ctx.steps),
             "recurrence": "recurring" if recurring else "unknown",
+            "one_time_calls": int(once.sum()), "one_time_us": us(int(setup.own_ns[once].sum())),
             "own_us_median": us(float(np.median(setup.own_ns[mine]))), "usual_us": us(int(setup.usual_ns[mine][0])),
             "inside": inside, "usual_inside": usual_inside,
             "shapes": [names[s] for s in ops.shape[rows[:3]].tolist()],
@@ -88,7 +90,8 @@ def _finding(ctx: AnalysisContext, g: dict, k: int) -> Finding:
         call_site=g["call_site"], library_site=g["site"]["library_below"], impact_us=g["idle_us"],
         count=g["setup_calls"], id=f"shape_setup.{k}", advice=_advice(ctx, g),
         detail={k2: g[k2] for k2 in ("op", "library", "setup_calls", "calls", "distinct_shapes", "steps_with_setup",
-                                     "recurrence", "own_us_median", "usual_us", "inside", "usual_inside", "shapes")},
+                                     "recurrence", "one_time_calls", "one_time_us", "own_us_median", "usual_us",
+                                     "inside", "usual_inside", "shapes")},
         occurrences_us=tuple(g["occurrences"]),
         fix=pieces_fix(ctx, g["pieces"], f"{g['op']}'s set-up paid once (a fixed or bucketed shape)"))
 
@@ -101,6 +104,11 @@ def _advice(ctx: AnalysisContext, g: dict) -> str:
             f"in this window, and its first call at each new shape cost {fmt_us(g['own_us_median'])} of its own host "
             f"time (median) {against}: the library builds or chooses its kernel per input configuration and caches "
             f"it by shape, so a shape that changes keeps paying for it.")
+    if g["one_time_calls"]:
+        text += (f" (Its first set-up, {fmt_us(g['one_time_us'])} of own host time, came before any other call of "
+                 f"the op and is counted with the one-time costs.)" if g["one_time_calls"] == 1 else
+                 f" ({plural(g['one_time_calls'], 'set-up')} of {fmt_us(g['one_time_us'])} in all, at shapes it ran "
+                 f"again at the usual cost, are counted with the one-time costs.)")
     text += (" New shapes kept arriving through the window: the cost is per step, not warm-up." if
              g["recurrence"] == "recurring" else
              " The window cannot tell whether new shapes stop arriving (too few steps, and none of these shapes "

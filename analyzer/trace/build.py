@@ -310,7 +310,7 @@ class EventColumns:
         self.lenient = lenient
         self.strings = StringTable()
         self.shapes = Codes({b"": 0})  # Input Dims' texts (b"": none) -> code; appended to the names at the end
-        self.spans: list[tuple[int, int, int]] = []  # the profiler's own spans (category Trace): (event row, start, dur) ns
+        self.spans: list[tuple[int, int, int]] = []  # the profiler's spans (category Trace): (event row, start, dur) ns
         self.threads = ThreadIds()
         self.events = 0
         self.slices = 0
