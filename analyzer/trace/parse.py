@@ -553,11 +553,25 @@ def _as_array(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray) 
         return
     before, after = text[start - 1], text[end]
     text[start - 1], text[end] = ord("["), ord("]")
+    view = memoryview(text)
+    chunk = view[start - 1 : end + 1]
     try:
-        with memoryview(text) as view, view[start - 1 : end + 1] as chunk:
-            yield chunk
+        yield chunk
     finally:
         text[start - 1], text[end] = before, after
+        _release(chunk)
+        _release(view)
+
+
+def _release(view: memoryview) -> None:
+    """Release a view whose decoded Raw values the caller has dropped. The loader runs with the cyclic collector
+    off (analyzer.trace.build), and in a process analysing several traces on threads another thread's load may
+    have left it off: values caught in a reference cycle still hold the view until a collection frees them."""
+    try:
+        view.release()
+    except BufferError:
+        gc.collect()
+        view.release()
 
 
 def chunk_json(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray | None = None) -> memoryview:
