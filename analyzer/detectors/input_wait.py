@@ -8,7 +8,7 @@ import numpy as np
 
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, SiteTable, severity_for
 from analyzer.units import fmt_us, plural, us
-from analyzer.views.idle import INPUT_WAIT
+from analyzer.views.idle import INPUT_WAIT, input_wait_ops
 from analyzer.views.sites import describe_site, site_keys
 from analyzer.views.whatif import Fix, pieces_fix
 
@@ -85,10 +85,20 @@ def _findings(ctx: AnalysisContext, data: dict, sel: np.ndarray) -> list[Finding
 
 
 def _fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
-    """The waits' idle time taken out, and a wait for worker processes (which the replay holds to when the batch
-    arrived in the trace) ready when asked."""
+    """The waits' idle time taken out; a call for a batch from worker processes (which the replay holds to when the
+    batch arrived in the trace) ready when asked; and a batch loaded on the launching thread (num_workers=0) loaded
+    by workers instead: every such call's time off that thread, not only the part the GPU sat idle in (the loading
+    that overlapped GPU work also delays the next launches)."""
     fix = pieces_fix(ctx, pieces, "the next batch ready when the GPU needs it (the input pipeline keeps up)")
     if fix is None or ctx.replay.limits:
         return fix
     ready = ctx.replay.outside_waits_over(ctx.idle.start_ns[pieces], ctx.idle.end_ns[pieces])
-    return dataclasses.replace(fix, no_wait=np.concatenate([fix.no_wait, ready]))
+    ops, names = ctx.model.ops, ctx.model.names
+    rows = input_wait_ops(ctx.model)
+    rows = rows[[_loader_kind(names[c]) == IN_THREAD for c in ops.name[rows].tolist()]] if len(rows) else rows
+    rows = rows[np.isin(ops.tid[rows], ctx.replay.tids)]
+    loads = np.stack([ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]], axis=1).astype(np.int64)
+    what = fix.what if not len(rows) else \
+        "the batches loaded ahead by worker processes (the loading taken off the launching thread)"
+    return dataclasses.replace(fix, what=what, removed=np.concatenate([fix.removed, loads.reshape(-1, 3)]),
+                               no_wait=np.concatenate([fix.no_wait, ready]))

@@ -45,7 +45,7 @@ def inner_loop(model: ReplayModel, steps: np.ndarray, names: np.ndarray,
         np.zeros(0, np.int64)  # a long trace's measured steps are its first ones: sort only theirs
     by_step = near[np.lexsort((model.launch_ns[near], model.step[near]))]  # a step's activities in launch order
     bounds = np.searchsorted(model.step[by_step], np.stack([steps, steps + 1]))
-    step_syncs = model.sync_start_ns[model.sync_thread == model.step_thread]  # in time order
+    step_syncs = model.sync_start_ns[(model.sync_thread == model.step_thread) & (model.sync_follows < 0)]  # in order
     for k, a, b in zip(steps.tolist(), bounds[0].tolist(), bounds[1].tolist()):
         mine = by_step[a:b]
         if not len(mine):

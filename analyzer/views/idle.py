@@ -38,6 +38,7 @@ from analyzer.views import waits
 from analyzer.views.graphs import GraphUse
 from analyzer.views.instrumentation import PROFILER_FRAME
 from analyzer.views.onetime import FIRST_TIME_FRAME
+from analyzer.views.replay import NEVER
 from analyzer.views.timeline import GpuTimeline
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
@@ -294,13 +295,38 @@ def input_wait_ops(model: TraceModel) -> np.ndarray:
     return np.flatnonzero(table[ops.name])
 
 
+# A call of the multiprocessing iterator no longer than this times its thread's fastest did not wait: the fastest
+# is a batch that was already there (the call's own work: taking it off the queue, unpickling its tensors' handles),
+# and that work's own spread stays within it.
+OWN_SPREAD = 2.0
+
+
 def worker_input_waits(model: TraceModel) -> np.ndarray:
-    """(tid, start_ns, end_ns) of each wait for a DataLoader's worker processes (the multiprocessing iterator's
-    `__next__`): the batch arrives when the workers deliver it, however early the thread asks."""
+    """(tid, start_ns, end_ns, ready_ns) of each call for a batch from a DataLoader's worker processes (the
+    multiprocessing iterator's `__next__`): the batch arrives when the workers deliver it, however early the thread
+    asks. ready_ns is when it arrived, the call's own work after it; NEVER (replay.NEVER) where the call did not
+    wait (the batch was already queued, at a time the trace does not show), so that asking earlier gets it earlier.
+    With Python stacks, the wait is the time in the call's waiting frames (its queue's poll, a lock, a condition);
+    without, a call waited if it took over OWN_SPREAD times its thread's fastest call, that fastest being its own
+    work."""
     rows = input_wait_ops(model)
     ops = model.ops
     rows = rows[["_MultiProcessingDataLoaderIter" in model.names[c] for c in ops.name[rows]]] if len(rows) else rows
-    return np.stack([ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]], axis=1).reshape(-1, 3).astype(np.int64)
+    tid, start, end = ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]
+    dur = end - start
+    fastest = np.zeros(len(rows), np.int64)
+    for t in distinct(tid).tolist():
+        fastest[tid == t] = dur[tid == t].min()
+    fr = model.frames
+    mine, framed = thread_keys([ops.pid[rows], fr.pid], [tid, fr.tid])
+    stacked = np.isin(mine, framed)
+    waiting = np.union1d(waits.matching_frames(model, waits.EVENT_LOOP_WAIT),
+                         waits.matching_frames(model, waits.HANDOFF_WAIT))
+    waited_ns = waits.covered_ns(model, waiting, ops.pid[rows], tid, start, end)
+    own = np.where(stacked, dur - waited_ns, np.minimum(fastest, dur))
+    waited = np.where(stacked, waited_ns >= PARKED_MIN_NS, dur > OWN_SPREAD * fastest)
+    ready = np.where(waited, end - own, NEVER)
+    return np.stack([tid, start, end, ready], axis=1).reshape(-1, 4).astype(np.int64)
 
 
 def _parked(model: TraceModel, pattern) -> np.ndarray:

@@ -13,8 +13,9 @@ CPU side, per thread: the calls keep their durations and order, except blocking 
 pageable copies, cudaFree), which split into the wait for the GPU work launched before them (on their device, or
 their stream where the trace says which) and their own cost. Taking CPU time out shifts everything after it on the
 thread earlier, until a blocking call whose GPU work is not done absorbs the shift. A wait for something outside the
-trace (a DataLoader's worker processes) is a blocking call of its own that ends when what it waited for was ready in
-the trace: asking earlier does not make the batch arrive sooner. Between two blocking calls each
+trace (a DataLoader's worker processes) is a blocking call of its own that ends no earlier than what it waited for
+was ready in the trace (asking earlier does not make the batch arrive sooner), plus its own work, which the
+profiler's cost inside it shortens; a call that did not wait is only its own work. Between two blocking calls each
 thread's shift is constant, so the replay runs one chunk per blocking call, each chunk's stream recurrences
 vectorized: with c = cumsum(q + d), end_i = c_i + max(the stream's end before the chunk, cummax(ready + d - c)).
 """
@@ -31,6 +32,7 @@ from analyzer.views.steps import StepRanges
 from analyzer.views.timeline import activity_mask, merge_intervals
 
 NEVER = -(1 << 62)  # before every time of a trace, with room to add durations to it
+JOIN_ROWS = -(1 << 40)  # sync_rows of the hand-offs between threads: JOIN_ROWS - k (outside waits: -1 - k)
 STREAM_BOUND, LAUNCH_BOUND, WAITS, FIXED = range(4)
 BOUNDS = ("stream", "launch", "waits", "fixed")  # names of the `bound` codes
 # A gap at most this much above the stream's typical back-to-back gap still counts as back to back (a graph's
@@ -84,7 +86,10 @@ class ReplayModel:
     sync_cost_ns: np.ndarray  # the rest: the call's own cost, after the GPU work was done
     sync_skew_ns: np.ndarray  # how far the GPU work ended after the call returned (clock skew), kept in replays
     sync_scopes: tuple[np.ndarray, ...]  # the stream codes each one waits on
-    sync_ready_ns: np.ndarray  # when what it waits for outside the GPU is ready (NEVER: nothing outside)
+    sync_ready_ns: np.ndarray  # when what it waits for outside the GPU is ready (NEVER: nothing outside); for a
+    # join, when its thread went idle before it (NEVER: it had not run)
+    sync_follows: np.ndarray  # a hand-off between threads (a zero-length join): the thread code it joins; -1 none
+    sync_handed_ns: np.ndarray  # for a join: when the other thread handed over (its last event before it)
     # steps (analyzer.views.steps)
     step_lo_ns: np.ndarray
     step_hi_ns: np.ndarray
@@ -123,6 +128,7 @@ class ReplayModel:
             mine = np.flatnonzero(self.sync_thread == code)
             i = np.searchsorted(cut[0], self.sync_start_ns[mine], side="right") - 1
             drop[mine] |= (i >= 0) & (self.sync_start_ns[mine] < cut[1][np.maximum(i, 0)])
+        drop &= self.sync_follows < 0  # a hand-off stays wherever the time around it goes
         if drop.any():  # a wait that is gone is CPU time taken out
             waits = np.flatnonzero(drop & (self.sync_wait_ns > 0))
             extra = np.stack([self.tids[self.sync_thread[waits]], self.sync_start_ns[waits],
@@ -166,7 +172,7 @@ class ReplayModel:
     def outside_waits_over(self, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
         """The ids (sync_rows, negative) of the waits for something outside the trace that overlap these intervals:
         what `no_wait` takes to make them ready when asked."""
-        mine = np.flatnonzero(self.sync_rows < 0)
+        mine = np.flatnonzero((self.sync_rows < 0) & (self.sync_follows < 0))
         if not len(mine) or not len(start_ns):
             return np.zeros(0, np.int64)
         s, e = merge_intervals(np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64))
@@ -240,11 +246,33 @@ class ReplayModel:
         # the loop runs once per blocking call: plain Python values where it reads scalars
         bounds = by_chunk.tolist()
         g_start, g_end, g_stream = group_start.tolist(), group_end.tolist(), st[group_start].tolist()
-        code_l, skew_l, cost_l, ready_l = (codes.tolist(), self.sync_skew_ns[active].tolist(),
-                                           self.sync_cost_ns[active].tolist(), self.sync_ready_ns[active].tolist())
+        # a wait outside the GPU does its own work after it: the time taken out inside the call comes off that
+        cost = self.sync_cost_ns[active]
+        cost = np.where(self.sync_rows[active] < 0, np.maximum(cost - (before_end - before_start), 0), cost)
+        code_l, skew_l, cost_l, ready_l = (codes.tolist(), self.sync_skew_ns[active].tolist(), cost.tolist(),
+                                           self.sync_ready_ns[active].tolist())
         s0_l = (sync_start_orig - before_start).tolist()
         e0_l = (self.sync_end_ns[active] - before_end).tolist()
         scopes = [self.sync_scopes[k] for k in active.tolist()]
+        follows_l = self.sync_follows[active].tolist()
+        # a join, less the threads' shifts: where the other thread handed over, plus the time from then to the join
+        # less what was taken out of that time on the joining thread (a hand-off's latency, which a fix can
+        # remove); and where the joining thread itself went idle
+        joined = self.sync_follows[active]
+        handed, at = self.sync_handed_ns[active], sync_start_orig
+        other_at = np.zeros(len(active), np.int64)
+        for code in distinct(joined[joined >= 0]).tolist():
+            mine = joined == code
+            other_at[mine] = handed[mine] - _removed_before(cuts[code], handed[mine])
+        idle_at = np.full(len(active), NEVER, np.int64)
+        for code in distinct(codes[joined >= 0]).tolist():
+            mine = np.flatnonzero((codes == code) & (joined >= 0))
+            latency = at[mine] - handed[mine] - (_removed_before(cuts[code], at[mine]) -
+                                                 _removed_before(cuts[code], handed[mine]))
+            other_at[mine] += latency
+            since = self.sync_ready_ns[active][mine]
+            idle_at[mine] = np.where(since > NEVER, since - _removed_before(cuts[code], since), NEVER)
+        other_l, idle_l = other_at.tolist(), idle_at.tolist()
         stop = len(active) if until_ns is None else int(np.searchsorted(sync_start_orig, until_ns))
         if stop < len(active):  # beyond the horizon: the trace's own times
             left = g_start[bounds[stop + 1]] if bounds[stop + 1] < len(g_start) else len(order)
@@ -263,6 +291,12 @@ class ReplayModel:
                 break
             code = code_l[j]
             start = s0_l[j] + int(shift[code])
+            if follows_l[j] >= 0:  # idle since idle_l: it goes on where the other thread is, or where it stopped
+                own = idle_l[j] + int(shift[code]) if idle_l[j] > NEVER else NEVER
+                end = max(own, other_l[j] + int(shift[follows_l[j]]))
+                new_start[j], new_end[j] = start, end
+                shift[code] = shift_after[j] = end - e0_l[j]
+                continue
             done = max(int(reach[scopes[j]].max(initial=NEVER)), ready_l[j])
             end = max(start, done - skew_l[j]) + cost_l[j]
             new_start[j], new_end[j] = start, end
@@ -324,8 +358,9 @@ def _shifted(t, cut, sync_start, sync_end, new_end, shift_after) -> np.ndarray:
 def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
                  outside_waits: np.ndarray | None = None) -> ReplayModel:
     """The replay model of a trace; `blocking`: per runtime row, whether the call waits for the GPU
-    (AnalysisContext.blocking); `outside_waits`: (tid, start_ns, end_ns) of waits for something outside the trace
-    (views.idle.worker_input_waits), kept where their thread launches work and no blocking call falls inside them."""
+    (AnalysisContext.blocking); `outside_waits`: (tid, start_ns, end_ns, ready_ns) of calls for something outside
+    the trace (views.idle.worker_input_waits; ready_ns NEVER: it was there when asked), kept where their thread
+    launches work and no blocking call falls inside them."""
     rt, gpu = model.runtime, model.gpu
     rows = np.flatnonzero(activity_mask(model))
     limits = []
@@ -369,10 +404,18 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
         pids = distinct(rt.pid[launch[has]])
         if len(pids) > 1:
             limits.append(f"launches from {len(pids)} processes")
+        joins = _handoffs(model, tids, step_thread)  # (code, at, other code, idle since, handed over at)
+        joined = set(joins[:, 0].tolist()) | set(joins[:, 2].tolist())
         pairs = distinct(stream[has] * (len(tids) + 1) + thread[has])
         for code in np.flatnonzero(np.bincount(pairs // (len(tids) + 1), minlength=n_streams) > 1).tolist():
+            threads = set((pairs[pairs // (len(tids) + 1) == code] % (len(tids) + 1)).tolist())
+            if threads <= joined:  # they hand work to each other: the joins keep them in step
+                continue
             row = rows[np.searchsorted(stream, code)]
-            limits.append(f"several threads launch into stream {int(gpu.stream[row])} of device {int(gpu.device[row])}")
+            limits.append(f"several threads launch into stream {int(gpu.stream[row])} of device {int(gpu.device[row])}"
+                          f" and run at the same time (no hand-off between them)")
+    else:
+        joins = np.zeros((0, 5), np.int64)
 
     # the typical launch latency: of launches that found their stream idle; the typical back-to-back gap, per
     # stream: of activities launched early enough to start as soon as the one before them ended
@@ -409,14 +452,26 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
     sync_thread, sync_ready = rt_thread[sync_rows], np.full(len(sync_rows), NEVER, np.int64)
     cost, skew = e - s - wait, np.maximum(done - e, 0)
     outside = _outside_waits(outside_waits, rt_tids, s, e)
-    if len(outside):  # each ends when it ended in the trace, the whole of it a wait
-        o_s, o_e, none = outside[:, 1], outside[:, 2], np.zeros(len(outside), np.int64)
+    if len(outside):  # a call that waited ends no earlier than its batch arrived in the trace, then does its own work
+        o_s, o_e, o_ready, none = outside[:, 1], outside[:, 2], outside[:, 3], np.zeros(len(outside), np.int64)
+        o_wait = np.where(o_ready > NEVER, o_ready - o_s, 0)
         order = np.argsort(np.concatenate([s, o_s]), kind="stable")
         merged = [np.concatenate(pair)[order] for pair in (
             (sync_rows, -1 - np.arange(len(outside))), (sync_thread, np.searchsorted(rt_tids, outside[:, 0])),
-            (s, o_s), (e, o_e), (wait, o_e - o_s), (cost, none), (skew, none), (sync_ready, o_e))]
+            (s, o_s), (e, o_e), (wait, o_wait), (cost, o_e - o_s - o_wait), (skew, none), (sync_ready, o_ready))]
         sync_rows, sync_thread, s, e, wait, cost, skew, sync_ready = merged
         all_scopes = scopes + [none[:0]] * len(outside)  # nothing on the GPU
+        scopes = [all_scopes[k] for k in order.tolist()]
+    follows, handed = np.full(len(sync_rows), -1, np.int64), np.full(len(sync_rows), NEVER, np.int64)
+    if len(joins):  # zero-length calls: each thread's position there is the later of its own and the other's
+        at, none = joins[:, 1], np.zeros(len(joins), np.int64)
+        order = np.argsort(np.concatenate([s, at]), kind="stable")
+        merged = [np.concatenate(pair)[order] for pair in (
+            (sync_rows, JOIN_ROWS - np.arange(len(joins))), (sync_thread, joins[:, 0]), (s, at), (e, at),
+            (wait, none), (cost, none), (skew, none), (sync_ready, joins[:, 3]), (follows, joins[:, 2]),
+            (handed, joins[:, 4]))]
+        sync_rows, sync_thread, s, e, wait, cost, skew, sync_ready, follows, handed = merged
+        all_scopes = scopes + [none[:0]] * len(joins)
         scopes = [all_scopes[k] for k in order.tolist()]
     return ReplayModel(
         limits=tuple(limits), tids=tids, runtime_rows=runtime_rows, rows=rows, stream=stream, thread=thread,
@@ -425,7 +480,9 @@ def build_replay(model: TraceModel, blocking: np.ndarray, steps: StepRanges,
         step=steps.index_at(launch_ns) if len(steps) else np.full(len(rows), -1), stream_device=stream_device,
         stream_id=gpu.stream[rows[first]], sync_rows=sync_rows, sync_thread=sync_thread,
         sync_start_ns=s, sync_end_ns=e, sync_wait_ns=wait, sync_cost_ns=cost,
-        sync_skew_ns=skew, sync_scopes=tuple(scopes), sync_ready_ns=sync_ready, step_lo_ns=steps.lo_ns,
+        sync_skew_ns=skew, sync_scopes=tuple(scopes), sync_ready_ns=sync_ready, sync_follows=follows,
+        sync_handed_ns=handed,
+        step_lo_ns=steps.lo_ns,
         step_hi_ns=steps.hi_ns, step_thread=step_thread, gpu_start_ns=gpu.start_ns, gpu_end_ns=gpu.end_ns,
         runtime_start_ns=rt.start_ns, runtime_end_ns=rt.end_ns)
 
@@ -435,7 +492,7 @@ def _outside_waits(waits: np.ndarray | None, tids: np.ndarray, sync_start: np.nd
     """The waits the replay can hold: on a thread that launches work, none overlapping another, no blocking call
     inside (the blocking calls stay in time order, each ending before the next begins)."""
     if waits is None or not len(waits):
-        return np.zeros((0, 3), np.int64)
+        return np.zeros((0, 4), np.int64)
     waits = waits[np.isin(waits[:, 0], tids) & (waits[:, 2] > waits[:, 1])]
     waits = waits[np.argsort(waits[:, 1], kind="stable")]
     apart = waits[1:, 1] >= waits[:-1, 2]  # each one begins after the one before it ended
@@ -491,3 +548,54 @@ def _done_in_trace(stream: np.ndarray, end: np.ndarray, chunk: np.ndarray, scope
         last = np.searchsorted(chunk[a:b], np.arange(n), side="right") - 1  # chunk k: launched before call k
         done_per_stream[s] = np.where(last >= 0, reach[np.maximum(last, 0)], NEVER)
     return np.array([done_per_stream[scope, k].max(initial=NEVER) for k, scope in enumerate(scopes)], np.int64)
+
+
+def _handoffs(model: TraceModel, tids: np.ndarray, step_thread: int) -> np.ndarray:
+    """(thread code, time, other thread code, idle since, handed over at) of the joins where one thread hands work to
+    another and waits for it:
+    autograd's device threads running a backward while the thread that called it waits, a worker thread running a
+    model call another one waits on. Read from the trace's structure, not from names: each other thread's run of
+    events (ops and runtime calls, merged) during which the primary thread (the steps' thread, else the one with the
+    most runtime calls) starts nothing and is not inside a runtime call is work it handed off and waited for; the
+    run joins the primary at its start (handed over at the primary's last event before it), and the primary joins the
+    run at its end; each thread idle since its own last event before the join. A run that overlaps the primary's own work gets no joins (the two ran side by
+    side)."""
+    rt, ops, fr = model.runtime, model.ops, model.frames
+    if len(tids) < 2:
+        return np.zeros((0, 5), np.int64)
+    primary = step_thread if step_thread >= 0 else int(np.argmax([(rt.tid == t).sum() for t in tids.tolist()]))
+    p_tid = tids[primary]
+    p_starts = np.sort(np.concatenate([ops.start_ns[ops.tid == p_tid], rt.start_ns[rt.tid == p_tid],
+                                       fr.start_ns[fr.tid == p_tid] if len(fr) else np.zeros(0, np.int64)]))
+    p_ends = np.sort(np.concatenate([ops.end_ns[ops.tid == p_tid], rt.end_ns[rt.tid == p_tid],
+                                     fr.end_ns[fr.tid == p_tid] if len(fr) else np.zeros(0, np.int64)]))
+    p_rt = np.flatnonzero(rt.tid == p_tid)  # in start order
+    p_rt_start, p_rt_reach = rt.start_ns[p_rt], np.maximum.accumulate(rt.end_ns[p_rt]) if len(p_rt) else p_rt
+    out = []
+    for code, tid in enumerate(tids.tolist()):
+        if code == primary:
+            continue
+        mine_ops, mine_rt = ops.tid == tid, rt.tid == tid
+        starts = np.concatenate([ops.start_ns[mine_ops], rt.start_ns[mine_rt]])
+        ends = np.concatenate([ops.end_ns[mine_ops], rt.end_ns[mine_rt]])
+        if not len(starts):
+            continue
+        s, e = merge_intervals(starts, ends)
+        between = np.searchsorted(p_starts, s[1:], side="left") - np.searchsorted(p_starts, e[:-1], side="right")
+        first = np.r_[0, np.flatnonzero(between > 0) + 1]
+        seg_s, seg_e = s[first], e[np.r_[first[1:], len(s)] - 1]
+        inside = np.searchsorted(p_starts, seg_e, side="right") - np.searchsorted(p_starts, seg_s, side="left")
+        k = np.searchsorted(p_rt_start, seg_s, side="left") - 1
+        in_call = (k >= 0) & (p_rt_reach[np.maximum(k, 0)] > seg_s) if len(p_rt) else np.zeros(len(seg_s), bool)
+        handed = (inside == 0) & ~in_call
+        own_idle = np.r_[NEVER, e[first[1:] - 1]]  # where this thread's previous run ended
+        p_idle = np.maximum(_last_at_or_before(p_ends, seg_s), _last_at_or_before(p_starts, seg_s))
+        for a, b, own, other in zip(seg_s[handed].tolist(), seg_e[handed].tolist(), own_idle[handed].tolist(),
+                                    p_idle[handed].tolist()):
+            out += [(code, a, primary, own, other if other > NEVER else a), (primary, b, code, other, b)]
+    return np.array(sorted(out, key=lambda j: j[1]), np.int64).reshape(-1, 5)
+
+
+def _last_at_or_before(sorted_times: np.ndarray, t: np.ndarray) -> np.ndarray:
+    at = np.searchsorted(sorted_times, t, side="right") - 1
+    return np.where(at >= 0, sorted_times[np.maximum(at, 0)], NEVER) if len(sorted_times) else np.full(len(t), NEVER)

@@ -68,15 +68,19 @@ class Measure:
     steps: np.ndarray  # step indexes used (kind "step")
     label: str  # what the steps are called
     until_ns: int | None = None  # what happens after this cannot change the measured steps' periods
+    busy_ns: np.ndarray | None = None  # per measured step: its GPU work's busy time, the least its period can be
 
     def of(self, model: ReplayModel, replayed: Replayed) -> float:
         if self.kind == "step":
-            return float(np.median(replayed.step_gpu_period_ns[self.steps]))
+            return float(np.median(self.periods(replayed)))
         return float(replayed.gpu_end_ns[model.rows].max() - replayed.gpu_start_ns[model.rows].min())
 
     def periods(self, replayed: Replayed) -> np.ndarray:
-        """Each measured step's replayed GPU period (kind "step")."""
-        return replayed.step_gpu_period_ns[self.steps].astype(float)
+        """Each measured step's replayed GPU period (kind "step"), never below its GPU busy time: where the host
+        runs ahead of the GPU, a step's first work (a copy on a stream of its own) can start before the previous
+        step's work is done, and its start no longer marks when the GPU moved on to it."""
+        periods = replayed.step_gpu_period_ns[self.steps].astype(float)
+        return periods if self.busy_ns is None else np.maximum(periods, self.busy_ns)
 
 
 def measure_for(ctx) -> Measure:
@@ -92,7 +96,8 @@ def measure_for(ctx) -> Measure:
     # a step's period ends where the next step's GPU work starts, launched before the step after that began
     lo = ctx.steps.lo_ns
     until = int(lo[repeated[-1] + 2]) if repeated[-1] + 2 < len(lo) else None
-    return Measure("step", np.asarray(repeated, np.int64), label, until)
+    busy = np.array([table[k]["busy_us"] * 1e3 for k in repeated], float)
+    return Measure("step", np.asarray(repeated, np.int64), label, until, busy)
 
 
 def graph_node_gap_ns(model: ReplayModel) -> tuple[int, str]:
