@@ -558,8 +558,8 @@ def _handoffs(model: TraceModel, tids: np.ndarray, step_thread: int) -> np.ndarr
     events (ops and runtime calls, merged) during which the primary thread (the steps' thread, else the one with the
     most runtime calls) starts nothing and is not inside a runtime call is work it handed off and waited for; the
     run joins the primary at its start (handed over at the primary's last event before it), and the primary joins the
-    run at its end; each thread idle since its own last event before the join. A run that overlaps the primary's own work gets no joins (the two ran side by
-    side)."""
+    run at its end; each thread idle since its own last event before the join. A run that overlaps the primary's own
+    work gets no joins (the two ran side by side)."""
     rt, ops, fr = model.runtime, model.ops, model.frames
     if len(tids) < 2:
         return np.zeros((0, 5), np.int64)
