@@ -15,6 +15,7 @@ from analyzer.units import fmt_us, plural, us
 from analyzer.views.idle import CAUSES, CPU_LAUNCH, HOST_COMPUTE, INPUT_WAIT, SETUP
 from analyzer.views.host_during import LONG_NS
 from analyzer.views.sites import describe_site, piece_site_keys
+from analyzer.views.setup import RECURRING
 from analyzer.views.waits import present_codes
 from analyzer.views.whatif import Fix, graph_node_gap_ns, graph_steps_ns, measure_for, pieces_fix
 
@@ -391,6 +392,10 @@ def _launch_fix(ctx: AnalysisContext, pieces: np.ndarray) -> Fix | None:
         return None
     if traits.graphs.replayed or traits.training:
         return pieces_fix(ctx, pieces, "the CPU time before each eagerly launched kernel taken out")
+    if (ctx.shape_setup.recurrence == RECURRING).any():  # new shapes every step: a graph replays only its own
+        return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (a library op sees a new input shape "
+                                       f"every {traits.step_word}: a {traits.graph_word} replays only the shapes it "
+                                       "captured)")
     if _host_bound_share(ctx) >= HOST_BOUND_SHARE:  # a graph cannot hold the step's host math or input waits
         return pieces_fix(ctx, pieces, "the launch gaps' CPU time taken out (the host math, input waits and set-up "
                                        f"for new shapes in the step stay: a {traits.graph_word} cannot hold them)")
