@@ -231,3 +231,26 @@ def test_handoffs_move_the_other_thread_with_the_one_that_handed_off(name):
                 assert base.runtime_start_ns[nxt] - back.runtime_start_ns[nxt] == cut
         break
     assert moved, "no hand-off with a helper idle before it"
+
+
+def test_a_batch_already_queued_by_workers_is_no_barrier():
+    """8 DataLoader workers ahead of a toy model: each `__next__` of the multiprocessing iterator took 28-97 µs and its
+    wait frames (the pin-memory queue's lock) under 50 µs: the batch was there when asked. The replay holds none of
+    them as a barrier, so CPU time taken out before one moves it (and the call keeps its own time)."""
+    from analyzer.views.idle import worker_input_waits
+    from analyzer.views.replay import NEVER
+    path = _handoff_path("external/rtx3080-toy-mlp-dataloader-8-workers.json.gz")
+    ctx = context(path)
+    waits = worker_input_waits(ctx.model)
+    assert len(waits) == 3 and (waits[:, 3] == NEVER).all()
+    rp = ctx.replay
+    mine = np.flatnonzero((rp.sync_rows < 0) & (rp.sync_follows < 0))
+    assert len(mine) == 3 and (rp.sync_wait_ns[mine] == 0).all()
+    k = mine[-1]
+    tid, start = rp.tids[rp.sync_thread[k]], int(rp.sync_start_ns[k])
+    base = rp.run()
+    out = rp.run(np.array([[tid, start - 20_000, start]]))
+    calls = rp.runtime_rows[rp.sync_thread[k]]
+    after = calls[ctx.model.runtime.start_ns[calls] > rp.sync_end_ns[k]]
+    first = after[np.argmin(ctx.model.runtime.start_ns[after])]
+    assert base.runtime_start_ns[first] - out.runtime_start_ns[first] == 20_000
