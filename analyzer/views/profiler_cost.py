@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.views.replay import GRAPH_LAUNCHES, LAUNCH_BOUND, WAITS, ReplayModel
+from analyzer.views.timeline import intersect_intervals, merge_intervals
 from analyzer.views.timed_gaps import between_profiler_steps, profiler_code_kept, timed_costs
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
@@ -125,6 +126,9 @@ class ProfilerCost:
         self._gpu_measured_ns, self._ready_ns = graph_cut if graph_cut is not None else (np.zeros(len(gpu_gap_ns)), 0)
         self.graph_node_gpu_ns = int(us["gpu_graph_node"] * 1e3)
         self.by_thread = []
+        # a guessed cost (the project's probes, not this capture's) never takes time no recorded event covers: the
+        # trace shows the program ran then
+        self.covered = [self._covered(m, tid) for tid in model.tids.tolist()] if costs.estimated else None
         timed_starts = self._timed_gaps(ctx.stackless_gaps, timed.cuts)
         for tid in model.tids.tolist():
             t, c, fixed = [], [], []
@@ -143,6 +147,14 @@ class ProfilerCost:
                 k = np.searchsorted(timed_starts, t, side="right")
                 room = np.where(k < len(timed_starts), timed_starts[np.minimum(k, len(timed_starts) - 1)] - t, np.inf)
             self.by_thread.append((t, c, np.where(fixed, np.inf, room), fixed))
+
+    @staticmethod
+    def _covered(m, tid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The time the thread's recorded events (ops, Python calls, runtime calls) span, merged."""
+        tables = [t for t in (m.ops, m.frames, m.runtime) if len(t)]
+        mine = [t.tid == tid for t in tables]
+        return merge_intervals(np.concatenate([t.start_ns[k] for t, k in zip(tables, mine)] or [np.zeros(0, np.int64)]),
+                               np.concatenate([t.end_ns[k] for t, k in zip(tables, mine)] or [np.zeros(0, np.int64)]))
 
     @staticmethod
     def _timed_gaps(host_gaps, laid) -> np.ndarray:
@@ -166,15 +178,28 @@ class ProfilerCost:
         probed, and then no further than the next timed gap) from its start, merged and sorted (the events are in
         time order, so a running maximum merges them)."""
         out = []
-        for t, c, room, fixed in self.by_thread:
+        for code, (t, c, room, fixed) in enumerate(self.by_thread):
             if not len(t):
                 out.append((t, t, t))
                 continue
-            end = np.maximum.accumulate(t + np.minimum(np.where(fixed, c, c * scale), room).astype(np.int64))
-            first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
-            s, e = t[first], end[np.r_[first[1:], len(t)] - 1]
+            if self.covered is None:
+                s, e = _packed(t, np.minimum(np.where(fixed, c, c * scale), room))
+            else:  # the guessed costs packed alone, clipped to the recorded events, then the measured ones added
+                s, e = intersect_intervals(*_packed(t[~fixed], np.minimum(c[~fixed] * scale, room[~fixed])),
+                                           *self.covered[code])
+                s, e = merge_intervals(np.concatenate([s, *_packed(t[fixed], c[fixed])[:1]]),
+                                       np.concatenate([e, *_packed(t[fixed], c[fixed])[1:]]))
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
+
+
+def _packed(t: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's cost from its start (events in time order), overlapping ones merged: (starts, ends)."""
+    if not len(t):
+        return t, t
+    end = np.maximum.accumulate(t + cost.astype(np.int64))
+    first = np.flatnonzero(np.r_[True, t[1:] > end[:-1]])
+    return t[first], end[np.r_[first[1:], len(t)] - 1]
 
 
 def _graph_replays(ctx, model: ReplayModel, launch: np.ndarray, in_graph: np.ndarray):

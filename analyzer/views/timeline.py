@@ -34,6 +34,22 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     return s[group_starts], running_end[group_ends]
 
 
+def intersect_intervals(a_starts: np.ndarray, a_ends: np.ndarray, b_starts: np.ndarray,
+                        b_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The time two sets of sorted, disjoint [start, end) intervals share, as sorted, disjoint (starts, ends)."""
+    if not len(a_starts) or not len(b_starts):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    points = np.concatenate([a_starts, a_ends, b_starts, b_ends])
+    n_a, n_b = len(a_starts), len(b_starts)
+    in_a = np.concatenate([np.ones(n_a, np.int64), -np.ones(n_a, np.int64), np.zeros(2 * n_b, np.int64)])
+    in_b = np.concatenate([np.zeros(2 * n_a, np.int64), np.ones(n_b, np.int64), -np.ones(n_b, np.int64)])
+    order = np.argsort(points, kind="stable")
+    points, both = points[order], (np.cumsum(in_a[order]) > 0) & (np.cumsum(in_b[order]) > 0)
+    # segment k runs from points[k] to points[k + 1]: shared where both sets cover it after point k
+    seg = np.flatnonzero(both[:-1] & (points[1:] > points[:-1]))
+    return merge_intervals(points[seg], points[seg + 1])
+
+
 def subtract_intervals(starts, ends, cut_starts, cut_ends) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint sorted intervals minus another disjoint sorted set (both as numpy arrays)."""
     if len(cut_starts) == 0 or len(starts) == 0:

@@ -1,6 +1,7 @@
 """The replay model (analyzer/views/replay.py) on real traces: replayed unchanged it reproduces each trace's GPU
 timeline exactly, taking CPU time out never makes anything later, and the all-fixed replay never beats the GPU's own
 busy time. External traces are skipped where ../shared/traces/external is absent."""
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -254,3 +255,23 @@ def test_a_batch_already_queued_by_workers_is_no_barrier():
     after = calls[ctx.model.runtime.start_ns[calls] > rp.sync_end_ns[k]]
     first = after[np.argmin(ctx.model.runtime.start_ns[after])]
     assert base.runtime_start_ns[first] - out.runtime_start_ns[first] == 20_000
+
+
+def test_a_guessed_profiler_cost_takes_only_time_recorded_events_cover():
+    """A trace with no probe of its own (the project's probes stand in): the cost taken out of each thread lies
+    inside the time its recorded ops, Python calls and runtime calls span; what no event covers is the program's.
+    The same trace with a probe of its own (this capture's, measured) is not clipped."""
+    from analyzer.views.profiler_cost import ProfilerCost, event_costs
+    from analyzer.views.timeline import intersect_intervals
+    ctx = context(_handoff_path("external/a100-particle-transformer-warm-forward.json.gz"))
+    costs = event_costs(ctx)
+    assert costs.estimated
+    cost = ProfilerCost(ctx, ctx.replay, costs)
+    for scale in (1.0, 3.0):
+        for code, (s, e, _) in enumerate(cost.cut(scale)):
+            inside_s, inside_e = intersect_intervals(s, e, *cost.covered[code])
+            assert (inside_e - inside_s).sum() == (e - s).sum()
+    probed = dataclasses.replace(costs, source="probe")
+    unclipped = ProfilerCost(ctx, ctx.replay, probed)
+    assert unclipped.covered is None
+    assert sum((e - s).sum() for s, e, _ in unclipped.cut()) > sum((e - s).sum() for s, e, _ in cost.cut())
