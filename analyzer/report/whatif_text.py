@@ -45,6 +45,9 @@ def saving_cell(finding: dict) -> str:
         return "–"
     share = w.get("saving_share")
     cell = ms(w["saving_ms"]) + (f" ({share:.0%})" if share is not None else "")
+    if w.get("depends_on_guess"):  # the profiler's cost on the trace's host is a guess: the span it allows
+        low, high = w["saving_range_ms"]
+        cell += f", {ms(low)}–{ms(high)}"
     return cell + (f"; {ms(w['once_ms'])} once" if w.get("once_ms") else "")
 
 
@@ -93,6 +96,10 @@ def what_if_line(finding: dict, section: dict | None) -> str:
     if w.get("once_ms"):
         line += (f" Paid once: over the whole window ({ms(w['window_ms'])}) a warmed-up run saves "
                  f"{ms(w['once_ms'])}.")
+    if w.get("depends_on_guess"):
+        low, high = w["saving_range_ms"]
+        line += (f" That price depends on the profiler's cost on this trace's host, which the trace cannot tell: "
+                 f"{ms(low)} to {ms(high)} across the span the project's own captures measured.")
     if (w.get("kept_cost_ms") or 0) > (w.get("saving_ms") or 0):
         line += (f" The blocking calls spent {ms(w['kept_cost_ms'])} after the GPU work they waited for was done "
                  f"(their own cost, or a wait on something the trace does not show): that time stays.")
@@ -116,6 +123,16 @@ def summary_line(report: dict) -> str | None:
     line = (f"What a fix buys, {basis}: {ms(w['step_ms'])} {unit} now; all findings fixed, "
             f"{ms(w['all_fixed']['fixed_step_ms'])} (the GPU's own work is "
             f"{ms(w['gpu_busy_per_step_ms'])}).")
+    guess = prof.get("guess")
+    if guess:
+        dependent = sum(bool((f.get("what_if") or {}).get("depends_on_guess")) for f in report.get("findings") or [])
+        low, high = guess["scales"]
+        what = "step" if w["measure"] == "step" else "window"
+        line += (f" With the profiler's cost per event at {low:g}x to {high:g}x the probe's (the span the project's "
+                 f"own captures measured), the {what} now is {ms(guess['step_ms'][0])} to {ms(guess['step_ms'][1])}"
+                 + ((f"; {dependent} findings' savings depend on that guess" if dependent > 1 else
+                     "; 1 finding's saving depends on that guess") + " (the range beside the saving)."
+                    if dependent else ": no finding's saving depends on that guess."))
     stackless = prof.get("stackless") or {}
     if stackless.get("unreadable"):
         line += (f" The capture's pass without stacks could not be read ({stackless['unreadable']}): Python code is "

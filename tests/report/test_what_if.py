@@ -404,3 +404,27 @@ def test_a_fix_that_changes_only_some_steps_says_what_it_saves_on_average():
             f"it leaves alone: on average it saves") in render_markdown(report)
     steady = next(f for f in report["findings"] if f["kind"] == "launch_gap" and not f.get("parent"))
     assert "mean_saving_ms" not in steady["what_if"]  # a fix that moves the median step needs no average
+
+
+def test_a_price_on_a_guessed_profiler_cost_says_its_span():
+    """A vLLM trace from elsewhere (no probe, no unprofiled step): the profiler's cost on its host is a guess, so the
+    window and each saving are also priced at the ends of the span the project's captures measured. The launch fix
+    of a launch-bound window moves by far more than a fifth across it and says so, with its range in the table; a
+    one-time cost that the profiler barely touches does not. A capture with its own probe gives no span."""
+    path = EXTERNAL / "b200-vllm-eager.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    report = report_of(path)
+    guess = report["what_if"]["profiler"]["guess"]
+    assert guess["scales"] == [0.9, 2.7] and guess["step_ms"][0] < report["what_if"]["step_ms"] <= guess["step_ms"][1]
+    by_kind = {f["kind"]: f["what_if"] for f in report["findings"] if not f.get("parent")}
+    launch, warmup = by_kind["launch_gap"], by_kind["warmup"]
+    assert launch["depends_on_guess"] and launch["saving_range_ms"][0] < launch["saving_ms"] <= \
+        launch["saving_range_ms"][1]
+    assert not warmup["depends_on_guess"]
+    text = render_markdown(report)
+    low, high = launch["saving_range_ms"]
+    assert f"{low:.2f} ms–{high:.2f} ms" in text and "1 finding's saving depends on that guess" in text
+    own = report_of(HERE / "fixtures" / "h200" / "decode")
+    assert "guess" not in own["what_if"]["profiler"]
+    assert not any("saving_range_ms" in (f.get("what_if") or {}) for f in own["findings"])
