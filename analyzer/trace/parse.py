@@ -255,7 +255,10 @@ def trace_text(path: Path) -> Iterator[bytes | mmap.mmap]:
         yield text
     finally:
         if isinstance(text, mmap.mmap):
-            text.close()
+            try:
+                text.close()
+            except BufferError:  # a decoded value still points into it (see _release): unmapped when it goes
+                pass
 
 
 class _ExactTs(msgspec.Struct, gc=False):
@@ -528,6 +531,8 @@ def decoded_chunks(text: bytes | mmap.mmap, array: EventArray):
                     raise NotChunkable from None
                 yield events, start, end
                 del events
+            if not isinstance(text, mmap.mmap) and not _released(chunk):
+                buffer = bytearray(len(buffer))  # the old one is still read (see _release)
             break
         else:
             raise NotChunkable
@@ -548,8 +553,11 @@ def _as_array(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray) 
     outside the span (the array's own bracket, or a comma or blank between two events) and put back afterwards,
     which spares copying every chunk (the mapping is private to this process). Else copied into buffer."""
     if not isinstance(text, mmap.mmap):
-        with chunk_json(text, start, end, buffer) as chunk:
+        chunk = chunk_json(text, start, end, buffer)
+        try:
             yield chunk
+        finally:
+            _release(chunk)
         return
     before, after = text[start - 1], text[end]
     text[start - 1], text[end] = ord("["), ord("]")
@@ -563,15 +571,26 @@ def _as_array(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray) 
         _release(view)
 
 
-def _release(view: memoryview) -> None:
-    """Release a view whose decoded Raw values the caller has dropped. The loader runs with the cyclic collector
-    off (analyzer.trace.build), and in a process analysing several traces on threads another thread's load may
-    have left it off: values caught in a reference cycle still hold the view until a collection frees them."""
+def _release(view: memoryview) -> bool:
+    """Release a view whose decoded Raw values the caller has dropped; False where some are still referenced, and
+    the view is left to go when they do. That happens where another thread holds a frame of the decoding thread
+    (a sampling profiler's `sys._current_frames()`, as Dask's workers run one beside each task): a frame object that
+    outlives its call keeps the call's locals, here a batch of events. Each such value holds the buffer, so the
+    memory behind it stays valid: trace_text leaves unmapping to the last one, and decoded_chunks takes a fresh
+    buffer rather than overwrite one still read."""
     try:
         view.release()
+        return True
     except BufferError:
-        gc.collect()
-        view.release()
+        return False
+
+
+def _released(view: memoryview) -> bool:
+    try:
+        view.nbytes
+        return False
+    except ValueError:
+        return True
 
 
 def chunk_json(text: bytes | mmap.mmap, start: int, end: int, buffer: bytearray | None = None) -> memoryview:

@@ -3,6 +3,7 @@ that decoding the whole file at once gives."""
 import dataclasses
 import gzip
 import json
+import mmap
 
 import numpy as np
 import pytest
@@ -155,3 +156,27 @@ def test_string_thread_ids_are_read_in_chunks_and_by_the_helper(tmp_path, chunk_
     assert joined and joined[0] is not None and len(chunk_reads[0][0]) > 1
     assert set(model.synthetic_ids.values()) >= {"Spans", "Traces", "worker 0", "worker 1", "worker 2"}
     same_model(model, whole_file_model(trace, monkeypatch))
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["gunzipped", "mapped"])
+def test_events_kept_past_their_chunk_stay_intact(tmp_path, monkeypatch, mapped):
+    """A frame of the decoding thread that another thread holds (a sampling profiler's sys._current_frames(), as
+    Dask's workers run beside each task) keeps a batch of events alive past its chunk: their Raw Input Dims still
+    point into the chunk. Reading goes on without a BufferError, and every kept Input Dims still reads as the
+    file wrote it (the buffer they point into is neither reused nor unmapped)."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 64 << 10)
+    source = FIX / "batch_decode" / "rank0.trace.json.gz"
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.decompress(source.read_bytes()))
+    expected = [e["args"]["Input Dims"] for e in json.loads(plain.read_text())["traceEvents"]
+                if "Input Dims" in (e.get("args") or {})]
+    kept = []
+    with parse.trace_text(plain if mapped else source) as text:
+        assert isinstance(text, mmap.mmap) == mapped
+        array = parse.find_event_array(text)
+        for events, _start, _end in parse.decoded_chunks(text, array):
+            kept.append(events)
+        assert len(kept) > 3
+    dims = [json.loads(bytes(e.args.input_dims)) for batch in kept for e in batch
+            if getattr(e, "args", None) is not None and bytes(e.args.input_dims)]
+    assert dims == expected
