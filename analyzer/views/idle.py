@@ -312,6 +312,8 @@ def worker_input_waits(model: TraceModel) -> np.ndarray:
     rows = input_wait_ops(model)
     ops = model.ops
     rows = rows[["_MultiProcessingDataLoaderIter" in model.names[c] for c in ops.name[rows]]] if len(rows) else rows
+    if not len(rows):
+        return np.zeros((0, 4), np.int64)
     tid, start, end = ops.tid[rows], ops.start_ns[rows], ops.end_ns[rows]
     dur = end - start
     fastest = np.zeros(len(rows), np.int64)

@@ -28,6 +28,7 @@ from analyzer.views.timeline import intersect_intervals, merge_intervals
 from analyzer.views.timed_gaps import between_profiler_steps, profiler_code_kept, timed_costs
 
 TABLE_FILE = Path(__file__).with_name("profiler_costs.json")
+COVER_BLOCK = 1 << 18  # rows of a table read at a time where a thread's recorded time is merged
 KINDS = ("op", "python_call", "c_call", "launch", "memory_event", "graph_node", "gpu_queued_kernel", "gpu_graph_node")
 
 
@@ -150,11 +151,23 @@ class ProfilerCost:
 
     @staticmethod
     def _covered(m, tid: int) -> tuple[np.ndarray, np.ndarray]:
-        """The time the thread's recorded events (ops, Python calls, runtime calls) span, merged."""
-        tables = [t for t in (m.ops, m.frames, m.runtime) if len(t)]
-        mine = [t.tid == tid for t in tables]
-        return merge_intervals(np.concatenate([t.start_ns[k] for t, k in zip(tables, mine)] or [np.zeros(0, np.int64)]),
-                               np.concatenate([t.end_ns[k] for t, k in zip(tables, mine)] or [np.zeros(0, np.int64)]))
+        """The time the thread's recorded events (ops, Python calls, runtime calls) span, merged. Each table is in
+        start order, so each block of it merges with a running maximum (a large trace's events are never copied
+        whole); the blocks' spans, far fewer, are merged at the end."""
+        starts, ends = [], []
+        for table in (m.ops, m.frames, m.runtime):
+            for lo in range(0, len(table), COVER_BLOCK):
+                mine = table.tid[lo:lo + COVER_BLOCK] == tid
+                s, e = table.start_ns[lo:lo + COVER_BLOCK][mine], table.end_ns[lo:lo + COVER_BLOCK][mine]
+                if not len(s):
+                    continue
+                running = np.maximum.accumulate(e)
+                first = np.flatnonzero(np.r_[True, s[1:] > running[:-1]])
+                starts.append(s[first])
+                ends.append(running[np.r_[first[1:], len(s)] - 1])
+        if not starts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return merge_intervals(np.concatenate(starts), np.concatenate(ends))
 
     @staticmethod
     def _timed_gaps(host_gaps, laid) -> np.ndarray:
