@@ -248,10 +248,31 @@ def _construct(ctx: AnalysisContext, kind: str, row: int) -> tuple[int, int] | N
             return int(frames.start_ns[found]), int(frames.end_ns[found])
     op = int(rt.op[row])
     if op >= 0:
-        outer = int(ctx.outermost_ops[op])
+        outer = _read_back_op(ctx, op, row)
         if outer >= 0:
             return int(model.ops.start_ns[outer]), int(model.ops.end_ns[outer])
     return None
+
+
+def _read_back_op(ctx: AnalysisContext, op: int, row: int) -> int:
+    """The outermost op around the blocking call that launched no kernel besides the call's own (the read-back's
+    copy and wait are no kernels): aten::item, aten::to. An op above it that launched kernels (a compiled graph's
+    wrapper, a module's forward recorded as an op) is more than the read-back, and its kernels stay when the
+    read-back goes."""
+    ops, rt = ctx.model.ops, ctx.model.runtime
+    launches = ctx.kernel_launch_starts(int(rt.tid[row]))
+    best, cur = -1, op
+    for _ in range(64):
+        if cur < 0:
+            break
+        if not ops.is_annotation[cur]:
+            lo, hi = np.searchsorted(launches, [ops.start_ns[cur], ops.end_ns[cur]])
+            own = np.searchsorted(launches, [rt.start_ns[row], rt.end_ns[row]])
+            if (hi - lo) - (own[1] - own[0]) > 0:
+                break
+            best = cur
+        cur = int(ops.parent[cur])
+    return best
 
 
 def _sync_fix(ctx: AnalysisContext, kind: str, detail: str | None, groups: list[list[int]]) -> Fix:

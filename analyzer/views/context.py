@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from analyzer.arrays import distinct
-from analyzer.trace import TraceModel
+from analyzer.trace import GpuKind, TraceModel
 from analyzer.trace.joins import thread_keys
 from analyzer.trace.runmeta import RunMeta
 from analyzer.trace.snapshot import MemorySnapshot
@@ -247,6 +247,17 @@ class AnalysisContext:
     def idle(self) -> IdlePieces:
         """Every idle nanosecond of every device, cut into pieces of one cause each."""
         return self._idle[1]
+
+
+    def kernel_launch_starts(self, tid: int) -> np.ndarray:
+        """Sorted starts of the runtime calls on this thread that launched a kernel (cached per thread)."""
+        cache = self.__dict__.setdefault("_kernel_launch_starts", {})
+        if tid not in cache:
+            rt, gpu = self.model.runtime, self.model.gpu
+            linked = rt.gpu >= 0
+            kernel = linked & (gpu.kind[np.maximum(rt.gpu, 0)] == GpuKind.KERNEL) if len(gpu) else linked
+            cache[tid] = np.sort(rt.start_ns[(rt.tid == tid) & kernel])
+        return cache[tid]
 
     @functools.cached_property
     def outermost_ops(self) -> np.ndarray:
