@@ -62,3 +62,11 @@ def fmt_factor(factor) -> str:
 def plural(count, noun: str, many: str | None = None) -> str:
     """'1 gap', '3 gaps' (`many` for irregular plurals)."""
     return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
+def short_kernel_name(name: str, width: int = 60) -> str:
+    """A demangled kernel's name without its return type, template arguments and parameters, for a title:
+    `void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, ...)` ->
+    `at::native::max_pool_forward_nchw`."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    return name.split("(")[0].split("<")[0][:width]

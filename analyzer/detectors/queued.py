@@ -8,7 +8,7 @@ import numpy as np
 
 from analyzer.arrays import distinct
 from analyzer.detectors.base import AnalysisContext, DetectorResult, Finding, severity_for, share_text
-from analyzer.units import fmt_fine_us, fmt_us, plural, us
+from analyzer.units import fmt_fine_us, fmt_us, plural, short_kernel_name, us
 from analyzer.views.idle import QUEUED
 from analyzer.views.queued import DEVICE_LATENCY_NS, REASONS as QUEUED_REASONS
 
@@ -117,4 +117,4 @@ def describe_gpu_work(name: str) -> str:
         return f"a collective ({name.split('(')[0][:48]})"
     if name.startswith(("Memcpy", "Memset")):
         return f"a {name.split(' (')[0]}"
-    return name.removeprefix("void ").split("(")[0].split("<")[0][:48]
+    return short_kernel_name(name, 48)

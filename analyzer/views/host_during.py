@@ -30,6 +30,7 @@ import numpy as np
 
 from analyzer.trace import TraceModel
 from analyzer.trace.joins import Intervals, holding_any, thread_keys
+from analyzer.units import short_kernel_name
 from analyzer.views.frames import parse_frame
 from analyzer.views.timeline import merge_intervals
 from analyzer.views.waits import EVENT_LOOP_WAIT, HANDOFF_WAIT, present_codes
@@ -286,7 +287,7 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
             continue
         if first_kernel[nxt] and driver[rt.name[launch]] and built[gpu.name[nxt]]:
             out.append(piece)
-            why.append(("JIT compilation", f"before the first launch of {_short(names[gpu.name[nxt]])}"))
+            why.append(("JIT compilation", f"before the first launch of {short_kernel_name(names[gpu.name[nxt]])}"))
             continue
         # ... and it is not yet steady: every earlier run of it waited about as long (none is the first run); only
         # where steps say what "later" is, or the window holds the process's start-up: otherwise, in a window
@@ -295,7 +296,7 @@ def one_time_untraced(model: TraceModel, gaps, idle, during: HostDuring, outermo
         if (len(steps) or starts_up) and len(later) and not (wait_before[earlier] * RECURRING < dur).any():
             out.append(piece)
             which = "the first run" if not len(earlier) else f"run {len(earlier) + 1}"
-            why.append(("first run", f"before {which} of {_short(names[gpu.name[nxt]])} (its {len(later)} later "
+            why.append(("first run", f"before {which} of {short_kernel_name(names[gpu.name[nxt]])} (its {len(later)} later "
                                      f"runs did not wait)"))
             continue
         op = int(rt.op[launch])
@@ -339,10 +340,6 @@ def _cold_steps(idle, steps, during: HostDuring, recurring_spans) -> tuple[np.nd
     later_warm = np.r_[np.maximum.accumulate((~cold)[::-1])[::-1][1:], False]  # a step after it is not cold
     later_longest = np.r_[np.maximum.accumulate(longest[::-1])[::-1][1:], 0]
     return cold & later_warm & (later_longest * RECURRING < np.maximum(longest, 1)), piece_step
-
-
-def _short(kernel: str) -> str:
-    return kernel.removeprefix("void ").split("(")[0].split("<")[0][:60]
 
 
 def _first_of_name(gpu) -> np.ndarray:
