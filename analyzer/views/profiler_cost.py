@@ -200,8 +200,8 @@ class ProfilerCost:
             else:  # the guessed costs packed alone, clipped to the recorded events, then the measured ones added
                 s, e = intersect_intervals(*_packed(t[~fixed], np.minimum(c[~fixed] * scale, room[~fixed])),
                                            *self.covered[code])
-                s, e = merge_intervals(np.concatenate([s, *_packed(t[fixed], c[fixed])[:1]]),
-                                       np.concatenate([e, *_packed(t[fixed], c[fixed])[1:]]))
+                measured_s, measured_e = _packed(t[fixed], c[fixed])
+                s, e = merge_intervals(np.concatenate([s, measured_s]), np.concatenate([e, measured_e]))
             out.append((s, e, np.cumsum(e - s) - (e - s)))
         return out
 
