@@ -64,7 +64,7 @@ def cli():
 
 # Markers (registered in pyproject.toml) so that the core loop can leave out what is slow or needs more than the
 # base install: pytest -m "not torch and not browser and not fleet and not external and not slow".
-TORCH_MODULES = {"test_capture_cpu.py", "test_capture_phases.py", "test_recompiles.py", "test_serving.py",
+TORCH_MODULES = {"test_capture_cpu.py", "test_tensorboard_layout.py", "test_capture_phases.py", "test_recompiles.py", "test_serving.py",
                  "test_third_party_workloads.py", "test_tp_cpu.py", "test_workload_validation.py"}
 FLEET_MODULES = {"test_fleet.py", "test_job_report.py", "test_dashboard_job.py"}
 EXTERNAL_MODULES = {"test_external_traces.py"}

@@ -22,6 +22,7 @@ from analyzer.api import core as api
 from analyzer.api.core import RunMeta, TimelineData, is_within, read_meta, trace_stem, walk_traces
 from analyzer.api.lru import SizedLru
 from analyzer.errors import UsageError
+from analyzer.trace.inputs import REPORT_FOLDER
 
 CACHE_DIR_NAME = ".gpu-idle-cache"
 PROBE_FULL_GZIP_BYTES = 16 << 20  # larger gzipped traces are only checked when analyzed
@@ -75,17 +76,23 @@ def _subfolders(folder: Path, root: Path) -> list[Path]:
 
 
 def discover_runs(root: Path) -> list[Run]:
-    """Run folders (folders holding a trace file) one and two levels under root, in path order."""
+    """Runs under root, in path order: run folders (folders holding a trace file) one and two levels down, and each
+    trace file loose in root itself (the layout torch.profiler.tensorboard_trace_handler writes:
+    <worker>.<time>.pt.trace.json directly in its folder), named by its file name without .json[.gz]."""
     root = root.resolve()
     runs, seen = [], set()
-    for folder, items in walk_traces(root, min_depth=1, max_depth=2, within=root):
+    for folder, items in walk_traces(root, min_depth=0, max_depth=2, within=root):
         rel = folder.relative_to(root).as_posix()
         for item in items:
-            run_id = rel if len(items) == 1 else f"{rel}/{trace_stem(item.trace)}"
+            if folder == root:
+                run_id, out_dir = trace_stem(item.trace), root / f"{trace_stem(item.trace)}{REPORT_FOLDER}"
+            else:
+                run_id = rel if len(items) == 1 else f"{rel}/{trace_stem(item.trace)}"
+                out_dir = item.out_dir
             meta = item.meta if item.meta and is_within(item.meta, root) else None
             if run_id not in seen:
                 seen.add(run_id)
-                runs.append(Run(run_id, item.trace, meta, item.out_dir, item.snapshot))
+                runs.append(Run(run_id, item.trace, meta, out_dir, item.snapshot))
     return runs
 
 
@@ -302,6 +309,9 @@ class RunStore:
             with self._lock:
                 status = self._queued.get(run.run_id, "not analyzed")
             return RunRow(**base, status=status)
+        summary = dict(summary)
+        gpus = summary.pop("gpus", None)
+        base["device"] = base["device"] or (gpus[0] if gpus else None)  # deviceProperties may sit past the head
         return RunRow(**base, status="analyzed", **summary)
 
     def rows(self) -> list[RunRow]:
@@ -489,7 +499,8 @@ def _summary_of(report: dict) -> dict:
             "idle_by_cause": {c: float(v) for c, v in ((report.get("gaps") or {}).get("by_cause") or {}).items()
                               if v},
             "other_finding": {k: other.get(k) for k in ("id", "kind", "title", "severity", "impact_us")}
-            if other else None, "best_saving": _best_saving(findings)}
+            if other else None, "best_saving": _best_saving(findings),
+            "gpus": [g for g in (report.get("trace") or {}).get("gpus") or [] if isinstance(g, str)]}
 
 
 def _best_saving(findings: list[dict]) -> dict | None:

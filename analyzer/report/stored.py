@@ -94,6 +94,10 @@ class _ListedGaps(msgspec.Struct):
     by_cause: dict[str, float] = {}
 
 
+class _ListedTrace(msgspec.Struct):
+    gpus: list[str | None] = []
+
+
 class _Listed(msgspec.Struct):
     """What a run list shows of a report: decoded without building the rest of its tree (a 250 KB report in a
     fifth of the time)."""
@@ -101,6 +105,7 @@ class _Listed(msgspec.Struct):
     summary: _ListedSummary
     gaps: _ListedGaps
     findings: list[_ListedFinding]
+    trace: _ListedTrace = msgspec.field(default_factory=_ListedTrace)
 
 
 def read_report_listing(path: Path) -> dict | None:

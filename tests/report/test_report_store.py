@@ -110,3 +110,22 @@ def test_the_dashboard_and_analyze_many_find_the_same_traces_in_one_tree(tmp_pat
               "d/e/rank0.trace.json.gz"}
     assert {r.trace.relative_to(root.resolve()).as_posix() for r in discover_runs(root)} == wanted
     assert {Path(f.trace.trace).relative_to(root).as_posix() for f in expand([str(root)])} == wanted
+
+
+MI300 = REPO.parent / "shared" / "traces" / "external" / "mi300-hf-qwen1.5-0.5b.json.gz"
+
+
+@pytest.mark.parametrize("trace", [MI300])
+def test_a_run_without_meta_shows_the_gpu_its_trace_names_past_the_head(tmp_path, trace):
+    """This trace's deviceProperties sit 9.7 MB into it, past what the run list reads of a trace's head: once
+    analyzed, the row takes the GPU from the report."""
+    if not trace.is_file():
+        pytest.skip("../shared/traces/external is absent")
+    shutil.copy(trace, tmp_path / "mi300.json.gz")
+    store = RunStore(tmp_path)
+    run = store.find("mi300")
+    assert store.row(run).device is None
+    store.report(run)
+    assert store.row(run).device == "AMD Instinct MI300X VF"
+    fresh = RunStore(tmp_path)  # read back from report.json on disk
+    assert fresh.row(fresh.find("mi300")).device == "AMD Instinct MI300X VF"
