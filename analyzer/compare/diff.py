@@ -99,7 +99,13 @@ def _allocator_value(report: dict, key: str):
 def _change(before, after, fmt) -> str:
     if before is None and after is None:
         return "–"
-    text = f"{fmt(before)} → {fmt(after)}"
+    shown_before, shown_after = fmt(before), fmt(after)
+    text = f"{shown_before} → {shown_after}"
+    if shown_before == shown_after:  # no change at the precision shown: no delta that reads as one
+        return text
+    if fmt is fmt_pct and isinstance(before, (int, float)) and isinstance(after, (int, float)):
+        # a share: its change in points, of the values as shown (7.2% → 7.3% is +0.1 pt, whatever the digits after)
+        return text + f" ({round(100 * after, 1) - round(100 * before, 1):+.1f} pt)"
     if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before:
         text += f" ({100 * (after - before) / abs(before):+.0f}%)"
     return text

@@ -68,10 +68,57 @@ def session_spread(report: dict) -> float | None:
     return (max(medians) - min(medians)) / float(np.median(medians))
 
 
+def _gpus(report: dict) -> str | None:
+    names = [g for g in (report.get("trace") or {}).get("gpus") or [] if isinstance(g, str) and g]
+    if names:
+        return names[0] if len(set(names)) == 1 else ", ".join(sorted(set(names)))
+    return (report.get("run") or {}).get("device")
+
+
+def _run_key(key: str):
+    return lambda report: (report.get("run") or {}).get(key)
+
+
+DIFFERENCES = (("GPU", _gpus), ("model", _run_key("model")),
+               ("workload", lambda r: (r.get("run") or {}).get("workload") or (r.get("run") or {}).get("script")),
+               ("batch size", _run_key("batch_size")), ("torch", _run_key("torch")))
+
+
+def differences(a: dict, b: dict) -> list[dict]:
+    """What differs between the two runs besides the change under test (GPU, workload, torch), and what one run
+    cannot tell (a bare trace records no workload or torch version): each {"what", "before", "after"}."""
+    out = []
+    for what, read in DIFFERENCES:
+        before, after = read(a), read(b)
+        if before != after:
+            out.append({"what": what, "before": before, "after": after})
+    return out
+
+
+def differences_text(diffs: list[dict]) -> str:
+    """'The runs differ in GPU (NVIDIA H100 → NVIDIA B200); the run after does not say its model, torch (no
+    meta.json)'."""
+    known = [f"{x['what']} ({x['before']} → {x['after']})" for x in diffs
+             if x["before"] is not None and x["after"] is not None]
+    parts = ["the runs differ in " + ", ".join(known)] if known else []
+    for side in ("before", "after"):
+        missing = [x["what"] for x in diffs if x[side] is None]
+        if missing:
+            listed = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
+            parts.append(f"the run {side} does not say its {listed} (no meta.json)")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:]
+
+
 def verdict(d: dict, a: dict, b: dict) -> dict:
-    """{"outcome": better | worse | mixed | unchanged, "headline": one sentence, "step": step_change}."""
+    """{"outcome": better | worse | mixed | unchanged, "headline": one sentence, "step": step_change,
+    "differences": what differs between the runs besides the change}.
+
+    The measured step leads: judged beyond the noise, it decides; judged within it, nothing measurably changed
+    whatever the findings say. Unjudged (one timed session per run) but outside the steps' own interval, it is weighed
+    with the findings: where the two disagree the outcome is mixed. Only without step times do the findings decide."""
     step = step_change(a, b)
-    step_dir, parts = 0, []
+    step_dir, parts, judged = 0, [], False
     if step:
         pct = (step["ratio"] - 1) * 100
         word = step["measure"]
@@ -84,9 +131,11 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
             # beyond noise: the steps' interval excludes no change, and the change exceeds how far sessions differ
             beyond = (lo > 1 or hi < 1) and abs(step["ratio"] - 1) > (spread or 0.0)
             if spread is None:
+                step_dir = (1 if step["ratio"] < 1 else -1) if (lo > 1 or hi < 1) else 0
                 text += (f"; steps alone put its 95% interval at {(lo - 1) * 100:+.1f}% to {(hi - 1) * 100:+.1f}%, "
                          f"but one timed session per run cannot show the session-to-session noise: not judged)")
             else:
+                judged = True
                 step_dir = (1 if step["ratio"] < 1 else -1) if beyond else 0
                 text += (f", {'beyond' if beyond else 'within'} the noise: the steps' 95% interval "
                          f"{(lo - 1) * 100:+.1f}% to {(hi - 1) * 100:+.1f}%, the sessions' medians up to "
@@ -105,7 +154,9 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
     if u["before"] is not None and u["after"] is not None:
         parts.append(f"GPU utilization {fmt_pct(u['before'])} → {fmt_pct(u['after'])}")
     finding_dir = (1 if fixed else 0) - (1 if new else 0)
-    if step_dir and finding_dir and step_dir != finding_dir:
+    if judged:
+        outcome = {1: "better", -1: "worse", 0: "unchanged"}[step_dir]
+    elif step_dir and finding_dir and step_dir != finding_dir:
         outcome = "mixed"
     elif step_dir or finding_dir:
         outcome = "better" if (step_dir or finding_dir) > 0 else "worse"
@@ -114,8 +165,13 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
     else:
         outcome = "unchanged"
     lead = {"better": "Better", "worse": "Worse", "mixed": "Mixed", "unchanged": "No clear change"}[outcome]
-    return {"outcome": outcome, "headline": f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}.",
-            "step": step, "attribution": attribution}
+    if judged and not step_dir:
+        lead = "No measurable change in the step"
+    headline = f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}."
+    diffs = differences(a, b)
+    if diffs:
+        headline = f"{differences_text(diffs)}. {headline}"
+    return {"outcome": outcome, "headline": headline, "step": step, "attribution": attribution, "differences": diffs}
 
 
 def _attribution(fixed: list[dict], step: dict | None) -> dict | None:
