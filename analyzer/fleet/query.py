@@ -3,10 +3,12 @@ the hive partitions `job` and `rank` as columns. A table with no files yet is an
 query of docs/fleet.md runs on any dataset. Only the tables whose names the SQL mentions get a view."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import re
+import threading
 from pathlib import Path
 
 from analyzer.errors import UsageError
@@ -54,12 +56,13 @@ def query(out_dir: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
         con.close()
 
 
-def query_sandboxed(out_dir: str | Path, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
+def query_sandboxed(out_dir: str | Path, sql: str, limit: int, offset: int = 0,
+                    timeout_s: float | None = None) -> tuple[list[str], list[tuple], bool]:
     """One read-only SELECT over the dataset, for callers that pass on SQL they did not write (the MCP server):
     one statement, a SELECT (a query, a WITH, a FROM-first), run with every file outside the dataset's folder out of
     reach (DuckDB's enable_external_access off, allowed_directories the dataset, the setting locked: no ATTACH,
-    COPY, INSTALL, LOAD, and no other file read). Returns (columns, at most `limit` rows, whether more were left);
-    anything else is a one-line UsageError."""
+    COPY, INSTALL, LOAD, and no other file read), and stopped after `timeout_s`. Returns (columns, at most `limit`
+    rows from row `offset`, whether more were left); anything else is a one-line UsageError."""
     import duckdb
     out_dir = Path(out_dir).resolve()
     con = connect(out_dir, [t for t in SCHEMA if re.search(rf"\b{t}\b", sql, re.I)])
@@ -72,18 +75,77 @@ def query_sandboxed(out_dir: str | Path, sql: str, limit: int) -> tuple[list[str
             raise UsageError(f"sql: one statement, not {len(statements)}")
         if statements[0].type != duckdb.StatementType.SELECT:
             raise UsageError(f"sql: only a SELECT reads the dataset here, not {statements[0].type.name}")
-        con.execute(f"SET allowed_directories = ['{str(out_dir).replace(chr(39), chr(39) * 2)}']")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        try:
-            cursor = con.execute(sql)
-            columns = [d[0] for d in cursor.description or []]
-            rows = cursor.fetchmany(limit + 1) if cursor.description else []
-        except duckdb.Error as exc:
-            raise UsageError(f"sql: {str(exc).strip().splitlines()[0]}") from None
+        _sandbox(con, out_dir)
+        with time_limit(con, timeout_s) as stopped:
+            try:
+                cursor = con.execute(sql)
+                columns = [d[0] for d in cursor.description or []]
+                skip = offset if cursor.description else 0
+                while skip > 0:  # the rows before `offset`, read and dropped a block at a time
+                    got = len(cursor.fetchmany(min(skip, 10_000)))
+                    skip = skip - got if got else 0
+                rows = cursor.fetchmany(limit + 1) if cursor.description else []
+            except duckdb.Error as exc:
+                if stopped:
+                    raise UsageError(f"sql: stopped after {timeout_s:g} s, the time limit for a query") from None
+                raise UsageError(f"sql: {str(exc).strip().splitlines()[0]}") from None
         return columns, rows[:limit], len(rows) > limit
     finally:
         con.close()
+
+
+def describe_sandboxed(out_dir: str | Path, timeout_s: float | None = None) -> dict[str, dict]:
+    """Each table of the dataset: its rows and its columns (name, type, meaning; the hive partitions `job` and
+    `rank` last), for a caller that discovers the tables before writing SQL. Counting reads the Parquet footers
+    only, and stops after `timeout_s`."""
+    import duckdb
+    out_dir = Path(out_dir).resolve()
+    con = connect(out_dir)
+    partitions = [("job", "string", "the job folder the trace sits in (hive partition)"),
+                  ("rank", "int64", "the trace's rank (hive partition)")]
+    try:
+        _sandbox(con, out_dir)
+        with time_limit(con, timeout_s) as stopped:
+            try:
+                counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SCHEMA}
+            except duckdb.Error as exc:
+                why = f"stopped after {timeout_s:g} s, the time limit" if stopped else str(exc).splitlines()[0]
+                raise UsageError(f"tables: {why}") from None
+    finally:
+        con.close()
+    return {t: {"rows": counts[t], "columns": [*SCHEMA[t], *partitions]} for t in SCHEMA}
+
+
+def _sandbox(con, out_dir: Path) -> None:
+    con.execute(f"SET allowed_directories = ['{str(out_dir).replace(chr(39), chr(39) * 2)}']")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+@contextlib.contextmanager
+def time_limit(con, timeout_s: float | None):
+    """Interrupt what runs on `con` once `timeout_s` have passed; yields a list that is non-empty once it did. The
+    interrupt is repeated until the block ends: one sent before DuckDB starts the statement would be lost."""
+    stopped: list[bool] = []
+    if timeout_s is None:
+        yield stopped
+        return
+    done = threading.Event()
+
+    def watch():
+        if done.wait(timeout_s):
+            return
+        stopped.append(True)
+        while not done.is_set():
+            con.interrupt()
+            done.wait(0.05)
+    watcher = threading.Thread(target=watch, name="query-time-limit", daemon=True)
+    watcher.start()
+    try:
+        yield stopped
+    finally:
+        done.set()
+        watcher.join()
 
 
 def render(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
