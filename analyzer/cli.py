@@ -178,8 +178,13 @@ def cmd_mcp(args) -> int:
         if not (Path(args.dataset) / "traces").is_dir():
             raise UsageError(f"--dataset {args.dataset}: not an analyze-many dataset (no traces/ folder in it)")
         _needs_fleet("mcp --dataset", ("duckdb", "pyarrow"))
+    if not args.query_timeout > 0:
+        raise UsageError(f"--query-timeout {args.query_timeout:g}: must be more than 0 seconds")
+    if args.http is None and (args.token_file or args.allow_host):
+        raise UsageError("--token-file and --allow-host guard --http; stdio needs neither")
     from analyzer.mcp.server import run as serve
-    serve(traces, Path(args.dataset) if args.dataset else None, args.allow_capture, args.http, args.host)
+    serve(traces, Path(args.dataset) if args.dataset else None, args.allow_capture, args.http, args.host,
+          args.token_file, args.allow_host, args.query_timeout)
     return 0
 
 
@@ -368,7 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--allow-capture", action="store_true",
                      help="let the capture tool run workloads (it runs their code; off by default)")
     mcp.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on this port instead of stdio")
-    mcp.add_argument("--host", default="127.0.0.1", help="address for --http (default: 127.0.0.1)")
+    mcp.add_argument("--host", default="127.0.0.1",
+                     help="address for --http (default: 127.0.0.1); any other than loopback needs a token")
+    mcp.add_argument("--token-file", metavar="FILE",
+                     help="the bearer token HTTP clients must send (else $GPU_IDLE_MCP_TOKEN; required off loopback)")
+    mcp.add_argument("--allow-host", action="append", metavar="NAME[:PORT]",
+                     help="also answer requests whose Host header is this (repeatable; the bound address and "
+                          "loopback names always are)")
+    mcp.add_argument("--query-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="stop a query tool's SQL after this long (default: 10)")
     mcp.set_defaults(func=cmd_mcp)
     schema = sub.add_parser("schema", help="print the workload YAML schema")
     schema.set_defaults(func=cmd_schema)

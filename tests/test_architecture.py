@@ -40,7 +40,7 @@ THIRD_PARTY = {
     "analyzer.compare": {"numpy", "plotly"},  # plotly: diff.html's figures
     "analyzer.api": {"numpy"},
     "analyzer.fleet": {"numpy", "pandas", "pyarrow", "duckdb", "distributed", "psutil"},
-    "analyzer.mcp": {"mcp"},  # the official SDK ([mcp] extra)
+    "analyzer.mcp": {"mcp", "pydantic"},  # the official SDK and the pydantic its tool schemas are made of
     "analyzer.cli": {"mcp"},  # cmd_mcp: an install hint where the [mcp] extra is missing
     "analyzer.__main__": set(),
     "dashboard": {"numpy", "dash", "flask", "plotly", "werkzeug"},

@@ -46,6 +46,7 @@ class RunList(Paged):
 @dataclasses.dataclass
 class FindingBrief:
     id: str
+    row: str | None  # its row in report.md's findings table ('2', '1.1'); `finding` takes either
     kind: str
     severity: str
     title: str
@@ -110,24 +111,56 @@ class NewFinding:
 
 
 @dataclasses.dataclass
-class Comparison:
+class Difference:
+    what: str  # GPU, model, workload, batch size, torch (analyzer.compare.verdict.DIFFERENCES)
+    before: Any
+    after: Any
+
+
+@dataclasses.dataclass
+class Comparison(Paged):  # paged over diff.md's lines (total: its lines)
     text: str
     before: str
     after: str
+    differences: list[Difference]  # what differs between the runs besides the change (the headline leads with it)
+    warnings: list[str]  # the comparison's own warnings, in full
     verdict: dict[str, Any]  # outcome, headline, the step change and its noise, attribution
     summary: dict[str, Any]
     fixed: list[FixedFinding]
     new: list[NewFinding]
-    markdown: str
+    markdown: str  # diff.md, whole
 
 
 @dataclasses.dataclass
 class QueryResult:
     text: str
     columns: list[str]
-    rows: list[list[Any]]
+    rows: list[list[Any]]  # text values cut to analyzer.mcp.texts.CELL characters
+    offset: int
+    next_offset: int | None  # where the next page starts; None: no rows left
     truncated: bool
     note: str | None
+    cells_cut: int  # values cut to CELL characters
+
+
+@dataclasses.dataclass
+class Column:
+    name: str
+    type: str  # string, int64, float64, timestamp (UTC, µs)
+    meaning: str
+
+
+@dataclasses.dataclass
+class Table:
+    table: str
+    rows: int
+    columns: list[Column]
+
+
+@dataclasses.dataclass
+class Tables:
+    text: str
+    tables: list[Table]
 
 
 @dataclasses.dataclass
