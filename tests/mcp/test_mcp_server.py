@@ -448,7 +448,7 @@ def serve_http(traces, port: int, *args: str, env: dict | None = None) -> tuple[
     """`mcp --http PORT ARGS`, once it listens; and the line it printed at start."""
     proc = subprocess.Popen([sys.executable, "-m", "analyzer", "mcp", "--traces", str(traces), "--http", str(port),
                              *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={k: v for k, v in (env or os.environ).items()})
+                            env=env or {k: v for k, v in os.environ.items() if k != TOKEN_ENV})
     banner = proc.stderr.readline()  # printed before it binds
     if not banner:
         proc.wait(timeout=60)
