@@ -8,6 +8,10 @@ with 6 or fewer, the whole range).
                                                    serving pair)
     python benchmarks/what_if.py --freeze NEW_FOLDER RUN_DIR ...
 
+A pair made in plain torch.profiler (scripts/make_fix_pairs.sh: trace.json.gz and truth.json, no meta.json, no
+probe, no stackless pass, as a user's trace) is read the same way: truth.json's per-round paired savings are the
+measured saving, its `pair.finding` the finding kind the fix removes.
+
 A recapture replaces a fixture pair (the repository has room for one capture of each): before the old pair is deleted,
 --freeze predicts it with the analyzer of that day and keeps its row in benchmarks/what_if_earlier.json under
 NEW_FOLDER/its name. The table shows it beside the new capture's row.
@@ -34,7 +38,7 @@ from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
 PAIR_DIRS = ("h100_rounds12", "h100_whatif", "h100_stackless", "h100_recapture",
-             "h100_graph_timing", "h100_calibration")  # tests/fixtures
+             "h100_graph_timing", "h100_calibration", "h100_plain_pairs")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95
@@ -65,7 +69,43 @@ def fixed_finding(report: dict, meta: dict) -> dict | None:
     return max(mine, key=lambda f: f["what_if"].get("saving_ms") or 0.0) if mine else None
 
 
+def truth_pair(run: Path) -> dict | None:
+    """truth.json of a pair made in plain torch.profiler (scripts/foreign/pairkit.py), None for a capture's run."""
+    path = run / "truth.json"
+    truth = json.loads(path.read_text()) if path.is_file() else None
+    return truth if truth and "pair" in truth else None
+
+
+def truth_row(run: Path, truth: dict) -> dict:
+    """A plain-profiler pair: no meta.json, no probe, no stackless pass (a user's trace). Its fix may remove several
+    findings of the kind (two read-backs on two lines): their savings, each priced alone, are summed."""
+    report = api.analyze(api.load(run / "trace.json.gz", cache=False)).report
+    kind, sub = truth["pair"]["finding"]
+    mine = [f for f in report["findings"] if not f.get("parent") and f["kind"] == kind
+            and (sub is None or f["detail"].get("kind") == sub)]
+    priced = [f["what_if"]["saving_ms"] for f in mine if f["what_if"].get("saving_ms") is not None]
+    predicted = sum(priced) if priced else (None if mine else 0.0)
+    measured, (lo, hi) = median_band(truth["paired_saving_ms"])
+    steps = truth["ms_per_step"]
+    step, fixed = (statistics.median(steps[truth["pair"][k]]) for k in ("pathology", "fix"))
+    top = max(mine, key=lambda f: f["what_if"].get("saving_ms") or 0.0) if mine else None
+    ranges = [f["what_if"]["saving_range_ms"] for f in mine if f["what_if"].get("saving_range_ms")]
+    row = {"run": f"{run.parent.name}/{run.name}",
+           "fix": (top["what_if"].get("fix") if top else "none (no such finding: nothing to fix)")
+           + (f" (+{len(mine) - 1} more)" if len(mine) > 1 else "")
+           + (f"; guessed profiler cost: {sum(r[0] for r in ranges):.2f} … {sum(r[1] for r in ranges):.2f}"
+              if ranges else ""),
+           "finding": top["title"] if top else None, "predicted_ms": predicted, "measured_ms": measured,
+           "band_ms": (lo, hi), "step_ms": step, "fixed_step_ms": fixed, "basis": report["what_if"].get("basis"),
+           "rounds": len(truth["paired_saving_ms"])}
+    row["verdict"] = verdict(predicted, measured, lo, hi, step)
+    return row
+
+
 def row_for(run: Path) -> dict:
+    truth = truth_pair(run)
+    if truth is not None:
+        return truth_row(run, truth)
     analysis = api.analyze(api.load(run, cache=False))
     report, meta = analysis.report, analysis.trace.meta.data
     comparison = meta["fix_comparison"]
@@ -196,7 +236,7 @@ def main(argv: list[str]) -> int:
         frozen = freeze(argv[1], [Path(a) for a in argv[2:]], earlier_rows())
         write_json_atomic(EARLIER, frozen)
         return 0
-    runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS
+    runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS if (REPO / "tests/fixtures" / d).is_dir()
                                        for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]
     rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
     print(table(rows, earlier_rows()))

@@ -1,6 +1,7 @@
 """Run every detector over one trace and assemble report.json's dictionary."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 from analyzer.arrays import distinct
 from analyzer import __version__
 from analyzer.detectors import DETECTORS, AnalysisContext
-from analyzer.detectors.base import SEVERITIES
+from analyzer.detectors.base import SEVERITIES, severity_for
 from analyzer.units import plural, us
 from analyzer.views.collectives import comm_totals
 from analyzer.trace.runmeta import RunMeta
@@ -34,6 +35,7 @@ def assemble_report(ctx: AnalysisContext, source: Path, started: float | None = 
     findings = _ranked([f for r in results for f in r.findings
                         if ctx.timeline.devices or f.kind in DEVICE_FREE_KINDS])
     what_if, savings = evaluate(ctx, findings)
+    findings = _severity_on_unprofiled_step(findings, what_if, savings)
     checks = validity_checks(ctx, _dilation(ctx, ctx.step_table))
     tl = ctx.timeline
     report = {
@@ -82,6 +84,34 @@ def _with_confidence(findings: list[dict], checks: list) -> list[dict]:
                                 "why": "withheld: it rests on data the trace does not hold (" + ", ".join(why) + ")"}
         by_id[f["id"]] = f
     return findings
+
+
+KNOWN_DILATION = 1.2  # the profiled step this much over the measured unprofiled one: window shares mislead
+
+
+def _severity_on_unprofiled_step(findings: list, what_if: dict, savings: dict[str, dict]) -> list:
+    """Where the trace is known to be dilated (its step measured without the profiler, and the profiled one at least
+    KNOWN_DILATION longer), a priced top-level finding's severity is its fix's share of the unprofiled step (on
+    average, where it changes only some steps; a one-time cost keeps its own), not its
+    idle share of the profiled window: a step ~83% GPU-busy unprofiled is not launch-bound because the profiler made
+    it so. Its what_if says so (`severity_from`, and the window's severity beside it)."""
+    step, profiled = what_if.get("step_ms"), what_if.get("profiled_step_ms")
+    if what_if.get("basis") != "unprofiled" or not step or not profiled or profiled < KNOWN_DILATION * step:
+        return findings
+    out, graded = [], {}
+    for f in findings:
+        w = savings.get(f.id) if not f.parent else None
+        saving = max((w or {}).get("saving_ms") or 0.0, (w or {}).get("mean_saving_ms") or 0.0)
+        if w and w.get("saving_ms") is not None and w.get("once_ms") is None:  # a one-time cost is not per step
+            graded[f.id] = severity_for(saving, step)
+            if graded[f.id] != f.severity:
+                w["severity_from"] = {"basis": "its saving's share of the unprofiled step",
+                                      "dilation": round(profiled / step, 2), "window_severity": f.severity}
+                f = dataclasses.replace(f, severity=graded[f.id])
+        elif f.parent in graded:  # a refinement is no more severe than what it refines
+            f = dataclasses.replace(f, severity=max(f.severity, graded[f.parent], key=SEVERITIES.index))
+        out.append(f)
+    return out
 
 
 def _ranked(findings: list) -> list:

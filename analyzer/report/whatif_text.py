@@ -100,6 +100,10 @@ def what_if_line(finding: dict, section: dict | None) -> str:
         low, high = w["saving_range_ms"]
         line += (f" That price depends on the profiler's cost on this trace's host, which the trace cannot tell: "
                  f"{ms(low)} to {ms(high)} across the span the project's own captures measured.")
+    graded = w.get("severity_from")
+    if graded:
+        line += (f" Severity {finding['severity']}: judged on the unprofiled step, which the profiler dilated "
+                 f"{graded['dilation']:.1f}x ({graded['window_severity']} by its share of the profiled window).")
     if (w.get("kept_cost_ms") or 0) > (w.get("saving_ms") or 0):
         line += (f" The blocking calls spent {ms(w['kept_cost_ms'])} after the GPU work they waited for was done "
                  f"(their own cost, or a wait on something the trace does not show): that time stays.")
