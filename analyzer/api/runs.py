@@ -193,8 +193,11 @@ def _gzip_is_whole_json(f) -> bool:
 class RunStore:
     """Everything the pages ask about runs, by run id. Safe to share between threads (browser tabs)."""
 
-    def __init__(self, traces_dir: Path, timeline_cache_bytes: int = 1 << 30):
+    def __init__(self, traces_dir: Path, timeline_cache_bytes: int = 1 << 30, *, writes: bool = True):
+        """writes=False: nothing is written under the traces root (no report.*, no columnar or lanes cache): a
+        report analyzed here stays in memory, one that `analyze` wrote beside its trace is still read back."""
         self.root = Path(traces_dir).resolve()
+        self.writes = writes
         self.cache_root = self.root / CACHE_DIR_NAME
         self._lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
@@ -401,10 +404,13 @@ class RunStore:
         return analysis.report
 
     def _trace(self, run: Run) -> api.Trace:
-        return api.load(api.TraceInput(run.trace, run.meta, run.out_dir, run.snapshot), cache=True,
+        return api.load(api.TraceInput(run.trace, run.meta, run.out_dir, run.snapshot), cache=self.writes,
                         meta=self.meta(run))
 
     def _persist(self, run: Run, texts: dict[str, str]) -> bool:
+        if not self.writes:
+            texts.pop("report.html", None)  # kept in memory: report.md only (5 MB of plotly per run otherwise)
+            return False
         for folder in self._report_dirs(run):
             try:
                 api.write_reports(folder, texts)
@@ -477,7 +483,7 @@ class RunStore:
             data = self.timelines.get(key)
             if data is None:
                 with self._loads:  # the report is on disk: the views the lanes read, no detectors
-                    data = api.timeline(api.views(self._trace(run)), report, cache=True)
+                    data = api.timeline(api.views(self._trace(run)), report, cache=self.writes)
                 self.timelines.put(key, data)
         return data
 

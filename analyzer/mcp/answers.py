@@ -40,20 +40,6 @@ def shown(value) -> str:
     return text if len(text) <= ECHO else f"{text[:ECHO]}… ({len(text):,} characters)"
 
 
-class MemoryStore(api.RunStore):
-    """The run list and reports of the dashboard and the CLI, writing nothing under the traces root: a report
-    analyzed here stays in the server's memory (one that `analyze` wrote beside its trace is still read back), and
-    traces are read without writing their columnar cache."""
-
-    def _persist(self, run: api.Run, texts: dict[str, str]) -> bool:
-        texts.pop("report.html", None)  # what stays in memory is what is left here, and only report.md is read
-        return False
-
-    def _trace(self, run: api.Run) -> api.Trace:
-        return api.load(api.TraceInput(run.trace, run.meta, run.out_dir, run.snapshot), cache=False,
-                        meta=self.meta(run))
-
-
 @dataclasses.dataclass
 class Roots:
     """What the server may read: the traces folder (runs, their reports) and an analyze-many dataset; whether it
@@ -67,7 +53,7 @@ class Roots:
     def __post_init__(self) -> None:
         self.traces = Path(self.traces).resolve()
         self.dataset = Path(self.dataset).resolve() if self.dataset else None
-        self.store = MemoryStore(self.traces)
+        self.store = api.RunStore(self.traces, writes=False)  # tools marked read-only write nothing there
 
     def scrub(self, text: str) -> str:
         """`text` with the server's folders left out: paths under the traces root relative to it, the dataset's
