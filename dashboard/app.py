@@ -19,7 +19,7 @@ from dash import Input, Output, dcc, html
 
 from dashboard import downloads, plotly_lite
 from dashboard.pages import diff, job, run, runlist
-from dashboard.pages.common import error_card
+from dashboard.pages.common import clipped, error_card
 from analyzer.api import RunStore
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -52,7 +52,7 @@ def create_app(traces_dir: Path, timeline_cache_bytes: int = 1 << 30) -> dash.Da
             return job.layout(store, path[len("/job/"):].rstrip("/"))
         if path.rstrip("/") == "/diff":
             return diff.layout(store, query.get("before"), query.get("after"))
-        return error_card(f"{path}: no such page", back=True)
+        return error_card(f"{clipped(path)}: no such page", back=True)
 
     runlist.register(app, store)
     run.register(app, store)

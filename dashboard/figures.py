@@ -2,25 +2,33 @@
 static report.html)."""
 from __future__ import annotations
 
+import copy
 import html
+import weakref
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from analyzer.api import CAUSES, REQUEST_STATES, LaneView, TimelineData, TimelineView, mem_unit, packed
-from analyzer.report.palette import ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, RESERVED_COLOR, STEP_COLORS
+from analyzer.report.palette import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, MEMCPY_COLOR, MEMSET_COLOR,
+                                     RESERVED_COLOR, STEP_COLORS)
 from analyzer.units import fmt_bytes
+from dashboard.causes import HOST_WORK, LAUNCH, host_work_us, per_step_host_work_us, split_by_cause
 
+# the causes as drawn: host work (report.json counts it in cpu_launch) right after the launch overhead
+DRAWN_CAUSES = tuple(c for cause in CAUSES for c in ((cause, HOST_WORK) if cause == LAUNCH else (cause,)))
 STATE_COLORS = {
-    "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in CAUSES},
-    "kernel": BUSY_COLOR, "memcpy": "#009E73", "memset": "#F0E442",
+    "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in DRAWN_CAUSES},
+    "kernel": BUSY_COLOR, "memcpy": MEMCPY_COLOR, "memset": MEMSET_COLOR,
     "launch call": "#56B4E9", "blocking sync call": CAUSE_COLORS["sync"],
     "cudaMalloc/cudaFree": CAUSE_COLORS["allocator"], "other runtime call": "#BBBBBB",
     "cpu op": "#7B68AE", "your code": "#44AA99",
     "step": STEP_COLORS[0], "step ": STEP_COLORS[1],
     "waiting": "#DDCC77", "prefill to first token": "#AA4499", "decoding": "#332288",
 }
+GPU_STATES = ("busy", *(f"idle: {c}" for c in DRAWN_CAUSES), "kernel", "memcpy", "memset")
+LAUNCH_STATE, HOST_WORK_STATE = f"idle: {LAUNCH}", f"idle: {HOST_WORK}"
 SYNC_MARKER = "host sync call"
 LANE_HALF = 0.4  # of the 1-unit lane pitch
 LANE_PX = 34
@@ -30,7 +38,7 @@ MEMORY_POINT = "memory"  # customdata of the memory lane's hover points: a click
 HOVER_BINS = 200  # binned lanes: one hover point per group of bins
 MAX_STEP_BARS = 200
 MAX_NAMED_STEP_BARS = 24
-BAR_NAME_SHARE = 0.06  # a step bar at least this share of the window wide shows its name
+STEP_NAME_PX = 11  # a step name that does not fit its bar at this size is not drawn
 # exact lanes: a hover text shared by at least HOVER_GROUP_MIN points gets a trace of its own (the text sent once),
 # at most HOVER_GROUPS of them; the rest share one trace with a text per point (plotly pays per trace: 24 groups per
 # lane made the first paint of a 303 MB run a third slower for no smaller payload)
@@ -69,6 +77,71 @@ def _step_xy(edges: np.ndarray, values: np.ndarray) -> dict:
     if len(idx) * 3 < len(values):  # 12 bytes a change point against 4 a bin
         return {"x": _ms(np.append(edges[idx], edges[-1])), "y": np.append(values[idx], values[-1])}
     return {"x0": edges[0] / 1e6, "dx": (edges[1] - edges[0]) / 1e6, "y": np.append(values, values[-1])}
+
+
+HOST_WORK_MATCH_NS = 4.0  # an occurrence is its idle piece to the ns, give or take the µs text's rounding
+_host_work_lanes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # TimelineData -> (spans, lanes)
+
+
+def host_work_lanes(data: TimelineData, spans_us: list[tuple[float, float]]) -> dict[str, tuple]:
+    """Device lane key -> (the lane with its host-work pieces in a state of their own, `idle: host_work`, right after
+    `idle: cpu_launch`; those pieces' merged (starts, ends, covered before)), for the lanes that hold one. The pieces
+    are the host-work findings' occurrences (`spans_us`, trace µs), each an idle piece of cause cpu_launch whole:
+    found by its start and end on the lane. Kept per TimelineData, which every zoom redraws from."""
+    key = tuple(spans_us)
+    cached = _host_work_lanes.get(data)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    out = {}
+    if key:
+        spans = (np.asarray(key, np.float64) - data.t0_us) * 1e3
+        for lane in data.gpu_lanes:
+            if lane.kind != "device" or LAUNCH_STATE not in lane.states:
+                continue
+            cpu = lane.states.index(LAUNCH_STATE)
+            rows = []
+            for s, e in spans.tolist():
+                j = int(np.searchsorted(lane.starts, s - HOST_WORK_MATCH_NS))
+                while j < len(lane.starts) and lane.starts[j] <= s + HOST_WORK_MATCH_NS:
+                    if lane.state[j] == cpu and abs(lane.ends[j] - e) <= HOST_WORK_MATCH_NS:
+                        rows.append(j)
+                        break
+                    j += 1
+            if not rows:
+                continue
+            rows = np.unique(np.asarray(rows, np.int64))
+            split = copy.copy(lane)
+            split.states = (*lane.states[:cpu + 1], HOST_WORK_STATE, *lane.states[cpu + 1:])
+            split.state = lane.state + (lane.state > cpu)
+            split.state[rows] = cpu + 1
+            hs, he = lane.starts[rows], lane.ends[rows]  # disjoint: pieces of one device's idle time
+            merged = (hs, he, np.concatenate([[0.0], np.cumsum(he - hs)[:-1]]))
+            split.merged = [*lane.merged[:cpu + 1], merged, *lane.merged[cpu + 1:]]
+            out[lane.key] = (split, merged)
+    _host_work_lanes[data] = (key, out)
+    return out
+
+
+def _covered_before(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Covered length of disjoint sorted intervals up to each time t."""
+    if not len(starts):
+        return np.zeros(len(t))
+    j = np.searchsorted(starts, t, side="right") - 1
+    jj = np.clip(j, 0, None)
+    return np.where(j >= 0, before[jj] + np.clip(t - starts[jj], 0, ends[jj] - starts[jj]), 0.0)
+
+
+def with_host_work(lv: LaneView, split: tuple | None) -> LaneView:
+    """The lane's view with host work's share of each bin moved out of cpu_launch into its own state."""
+    if split is None:
+        return lv
+    lane, (hs, he, before) = split
+    cpu = lane.states.index(LAUNCH_STATE)
+    width = (lv.edges[-1] - lv.edges[0]) / (len(lv.edges) - 1)
+    host = np.minimum(np.diff(_covered_before(hs, he, before, lv.edges)) / width, lv.shares[:, cpu]).astype(np.float32)
+    shares = np.insert(lv.shares, cpu + 1, host, axis=1)
+    shares[:, cpu] -= host
+    return LaneView(lane, lv.edges, shares, lv.counts, lv.rows)
 
 
 def _lane_area(traces: list, lv: LaneView, y: float, row: int) -> None:
@@ -128,20 +201,24 @@ def _lane_hover(traces: list, data: TimelineData, lv: LaneView, y: float, row: i
                                hovertemplate="%{text}" + tail, **common))
 
 
-def _bar_names(traces: list, data: TimelineData, lv: LaneView, y: float, lo: float, hi: float) -> None:
-    """Step names on the steps lane's bars that are wide enough to hold them (a share of the window)."""
+def _step_bars(traces: list, data: TimelineData, lv: LaneView, y: float, lo: float, hi: float) -> bool:
+    """The steps lane as one bar per visible step (alternate shades), its name inside: plotly hides a name its bar
+    cannot hold at the font's size (layout.uniformtext), at any zoom and page width, so names never run into each
+    other. False (nothing drawn) when too many steps are visible for names: the lane is then drawn as binned areas."""
     lane = lv.lane
     if lane.kind != "steps" or lv.rows is None or not len(lv.rows):
-        return
+        return False
     rows = lv.rows
     s, e = np.maximum(lane.starts[rows], lo), np.minimum(lane.ends[rows], hi)
-    wide = (e - s) >= BAR_NAME_SHARE * (hi - lo)
-    if not wide.any():
-        return
-    names = [data.steps[int(lane.ref[r])]["step"] for r in rows[wide]]
-    traces.append(_scatter(1, x=_ms((s[wide] + e[wide]) / 2), y=np.full(int(wide.sum()), y, np.float32),
-                           mode="text", text=names, textfont={"size": 11, "color": "#333"}, hoverinfo="skip",
-                           showlegend=False, meta={"kind": "step_names"}))
+    names = [html.escape(str(data.steps[int(lane.ref[r])]["step"])) for r in rows]
+    traces.append({"type": "bar", "orientation": "h", "xaxis": "x", "yaxis": "y", "base": _ms(s).tolist(),
+                   "x": _ms(e - s).tolist(), "y": [y] * len(rows), "width": 2 * LANE_HALF, "text": names,
+                   "textposition": "inside", "insidetextanchor": "middle", "textangle": 0,
+                   "textfont": {"size": STEP_NAME_PX, "color": "#333"},
+                   "marker": {"color": [STATE_COLORS[lane.states[k]] for k in lane.state[rows].tolist()],
+                              "line": {"width": 0}},
+                   "hoverinfo": "skip", "showlegend": False, "meta": {"kind": "step_names"}})
+    return True
 
 
 def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
@@ -165,10 +242,11 @@ def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
         meta={"kind": "hover", "lane": lane.key}))
 
 
-def present_states(data: TimelineData) -> set[str]:
+def present_states(data: TimelineData, host_work: dict | None = None) -> set[str]:
     """The states some lane of the run holds: the legend lists only those (all nine idle causes on every run's
-    legend took three rows of a laptop's screen)."""
-    return {lane.states[k] for lane in data.lanes for k in range(len(lane.states)) if len(lane.merged[k][0])}
+    legend took three rows of a laptop's screen). `host_work`: host_work_lanes(data, ...)."""
+    lanes = [(host_work or {}).get(lane.key, (lane,))[0] for lane in data.lanes]
+    return {lane.states[k] for lane in lanes for k in range(len(lane.states)) if len(lane.merged[k][0])}
 
 
 def _legend_entries(traces: list, states: list[str], legend: str = "legend") -> None:
@@ -254,11 +332,19 @@ def _memory_axis_range(view: TimelineView, data: TimelineData, fit: bool) -> dic
     return {"range": [max(lo - pad, 0.0), hi + pad], "autorange": False}
 
 
-def _memory_note(data: TimelineData) -> str | None:
+NO_MEMORY = "not recorded (no [memory] events, allocator snapshot or meta.json samples): unknown, not 0"
+
+
+def has_memory(data: TimelineData) -> bool:
+    """Whether the run has a memory curve to draw (else the timeline has no memory panel: memory_note says why)."""
+    return any(len(m.ts) for m in data.memory)
+
+
+def memory_note(data: TimelineData) -> str | None:
+    """Where the memory curves come from when not from [memory] events; why there are none."""
     source = data.memory_source
-    if source is None:
-        return ("no [memory] events in this trace (captured without profile_memory) and no allocator snapshot "
-                "or meta.json samples: memory is unknown here, not 0")
+    if source is None or not has_memory(data):
+        return NO_MEMORY
     return None if source == "[memory] events" else f"from {source}"
 
 
@@ -267,19 +353,26 @@ def _lane_axis(domain, labels: list[str]) -> dict:
             "range": [-0.6, len(labels) - 0.4], "fixedrange": True, "showgrid": False, "zeroline": False}
 
 
-def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_memory: bool = False) -> dict:
+def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_memory: bool = False,
+                    host_work_us=()) -> dict:
     """GPU lanes (steps, host syncs, devices, streams) over CPU runtime-call lanes over memory, one time axis.
     `highlights`: (start_ns, end_ns) since t0 to shade (a selected finding's occurrences; its cudaMalloc/cudaFree
     markers are selected). `fit_memory`: the memory axis fits the window's values instead of starting at 0.
+    `host_work_us`: the host-work findings' occurrences (dashboard.causes.host_work_spans_us), drawn as their own
+    cause on the device lanes. A run without steps has no steps lane, one without memory curves no memory panel.
     A plain figure dict."""
     n_gpu = len(data.gpu_lanes)  # steps lane included
-    gpu_views, cpu_views = view.lanes[:n_gpu], view.lanes[n_gpu:]
-    gpu_rows = [gpu_views[0], None, *gpu_views[1:]]  # None: the host-sync marker lane
+    split = host_work_lanes(data, list(host_work_us))
+    gpu_views = [with_host_work(lv, split.get(lv.lane.key)) for lv in view.lanes[:n_gpu]]
+    cpu_views = view.lanes[n_gpu:]
+    steps = [gpu_views[0]] if len(data.gpu_lanes[0].starts) else []
+    gpu_rows = [*steps, None, *gpu_views[1:]]  # None: the host-sync marker lane
     cpu_rows = cpu_views or [None]
-    heights = [LANE_PX * len(gpu_rows) + 20, LANE_PX * len(cpu_rows) + 20, MEMORY_PX]
+    memory = has_memory(data)
+    heights = [LANE_PX * len(gpu_rows) + 20, LANE_PX * len(cpu_rows) + 20] + ([MEMORY_PX] if memory else [])
     # the gap between panels holds the x ticks and the next panel's legend, on two rows where the page is narrow
     gap_px, margin = 84, {"l": 170, "r": 20, "t": 115, "b": 60}
-    height = sum(heights) + 2 * gap_px + margin["t"] + margin["b"]
+    height = sum(heights) + (len(heights) - 1) * gap_px + margin["t"] + margin["b"]
     plot_px = height - margin["t"] - margin["b"]
     domains, top = [], 1.0
     for h in heights:
@@ -288,9 +381,8 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     traces: list[dict] = []
     requests = list(REQUEST_STATES) if data.requests else []
     # one legend per panel: the GPU's states at the top, the CPU's above the CPU panel, memory's above memory
-    present = present_states(data)
-    _legend_entries(traces, [s for s in ["busy", *(f"idle: {c}" for c in CAUSES), "kernel", "memcpy", "memset",
-                                         *requests] if s in present])
+    present = present_states(data, split)
+    _legend_entries(traces, [s for s in [*GPU_STATES, *requests] if s in present])
     _legend_entries(traces, [s for s in ["launch call", "blocking sync call", "cudaMalloc/cudaFree",
                                          "other runtime call", "cpu op", "your code"] if s in present],
                     legend="legend3")
@@ -299,20 +391,18 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):
         for i, lv in enumerate(lanes):
             labels[row].append(lv.lane.label if lv is not None else ("host syncs" if row == 1 else "no calls"))
-            if lv is not None:
+            if lv is not None and not _step_bars(traces, data, lv, len(lanes) - 1 - i, lo, hi):
                 _lane_area(traces, lv, len(lanes) - 1 - i, row)
     for row, lanes in ((1, gpu_rows), (2, cpu_rows)):  # hover points after every area: a fill reaches back
         for i, lv in enumerate(lanes):                  # to the trace just before it
             if lv is not None:
                 _lane_hover(traces, data, lv, len(lanes) - 1 - i, row, lo, hi)
-    for i, lv in enumerate(gpu_rows):
-        if lv is not None:
-            _bar_names(traces, data, lv, len(gpu_rows) - 1 - i, lo, hi)
-    _sync_markers(traces, data, view, len(gpu_rows) - 2)
-    unit = _memory(traces, data, view, 3, highlights)
+    _sync_markers(traces, data, view, len(gpu_rows) - 1 - gpu_rows.index(None))
+    last = len(heights)
+    unit = _memory(traces, data, view, 3, highlights) if memory else None
     # the whole trace's extent, so that plotly's double-click autorange asks for all of it
-    traces.append(_scatter(3, x=_ms(np.array(data.full_range())), y=[0, 0], mode="markers", marker={"opacity": 0},
-                           hoverinfo="skip", showlegend=False, meta={"kind": "extent"}))
+    traces.append(_scatter(last, x=_ms(np.array(data.full_range())), y=[0, 0], mode="markers",
+                           marker={"opacity": 0}, hoverinfo="skip", showlegend=False, meta={"kind": "extent"}))
     xrange = [lo / 1e6, hi / 1e6]
     x_common = {"range": xrange, "showticklabels": True, "ticksuffix": " ms", "domain": [0, 1]}
     shapes = [{"type": "line", "x0": t / 1e6, "x1": t / 1e6, "xref": "x", "yref": "paper", "y0": 0, "y1": 1,
@@ -322,30 +412,36 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
                 "layer": "below", "fillcolor": "rgba(213,94,0,0.18)",
                 "line": {"width": 1, "color": "rgba(213,94,0,0.6)"}}
                for s, e in highlights]
-    note = _memory_note(data)
-    titles = ("GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs, steps",
-              "CPU per thread",
-              "GPU memory (caching allocator)" + (f": {html.escape(note)}" if note else ""))
+    note = memory_note(data) if memory else None
+    titles = ["GPU: busy and idle by cause per device, kernels / memcpy / memset per stream, host syncs"
+              + (", steps" if steps else ""), "CPU per thread"]
+    if memory:
+        titles.append("GPU memory (caching allocator)" + (f": {html.escape(note)}" if note else ""))
     layout = {
         "template": WHITE_TEMPLATE, "height": height, "font": FONT, "hovermode": "closest", "dragmode": "zoom",
         "uirevision": "timeline", "margin": margin, "hoverlabel": {"align": "left"}, "shapes": shapes,
+        # a step name that does not fit its bar at full size is hidden, not shrunk into the next one
+        "uniformtext": {"mode": "hide", "minsize": STEP_NAME_PX},
         "xaxis": {**x_common, "anchor": "y"}, "xaxis2": {**x_common, "anchor": "y2", "matches": "x"},
-        "xaxis3": {**x_common, "anchor": "y3", "matches": "x", "title": {"text": TIME_TITLE}},
         "yaxis": {**_lane_axis(domains[0], labels[1]), "anchor": "x"},
         "yaxis2": {**_lane_axis(domains[1], labels[2]), "anchor": "x2"},
-        "yaxis3": {"domain": domains[2], "anchor": "x3", "title": {"text": f"memory ({unit})"}, "fixedrange": True,
-                   **_memory_axis_range(view, data, fit_memory)},
         "annotations": [{"text": t, "xref": "paper", "yref": "paper", "x": 0, "xanchor": "left", "y": d[1],
                          "yanchor": "bottom", "showarrow": False, "font": {"size": 14}}
                         for t, d in zip(titles, domains)],
         "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1 - 30 / height, "yanchor": "top",
                    "yref": "container", "groupclick": "togglegroup"},  # below the modebar
-        "legend2": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[2][1] + 4 / plot_px,
-                    "yanchor": "bottom", "font": {"size": 11}},
         "legend3": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[1][1] + 4 / plot_px,
                     "yanchor": "bottom", "font": {"size": 11}},
-        "meta": {"t0_us": data.t0_us, "window_ms": xrange},
+        "meta": {"t0_us": data.t0_us, "window_ms": xrange, "panels": len(heights), "steps_lane": bool(steps)},
     }
+    if memory:
+        layout.update({
+            "xaxis3": {**x_common, "anchor": "y3", "matches": "x"},
+            "yaxis3": {"domain": domains[2], "anchor": "x3", "title": {"text": f"memory ({unit})"}, "fixedrange": True,
+                       **_memory_axis_range(view, data, fit_memory)},
+            "legend2": {"orientation": "h", "x": 1, "xanchor": "right", "y": domains[2][1] + 4 / plot_px,
+                        "yanchor": "bottom", "font": {"size": 11}}})
+    layout[f"xaxis{last if last > 1 else ''}"]["title"] = {"text": TIME_TITLE}
     return {"data": traces, "layout": layout}
 
 
@@ -369,12 +465,20 @@ def steps_figure(report: dict) -> dict:
     groups = step_groups(len(steps))
     names = [steps[a]["step"] if a == b else f"{steps[a]['step']} … {steps[b]['step']}" for a, b in groups]
 
-    def mean(value) -> list[float]:
-        return [sum(value(s) or 0 for s in steps[a:b + 1]) / (b - a + 1) / 1e3 for a, b in groups]
+    host = per_step_host_work_us(report)
+    unplaced = host is None and host_work_us(report.get("findings")) > 0
+    host = host or [0.0] * len(steps)
 
-    series = [("busy", BUSY_COLOR, lambda s: s.get("busy_us"))]
-    series += [(f"idle: {c}", CAUSE_COLORS[c], lambda s, c=c: (s.get("idle_by_cause_us") or {}).get(c))
-               for c in CAUSES if any((s.get("idle_by_cause_us") or {}).get(c) for s in steps)]  # no empty series
+    def idle(k: int, cause: str) -> float:
+        us = (steps[k].get("idle_by_cause_us") or {}).get(cause) or 0.0
+        return host[k] if cause == HOST_WORK else us - host[k] if cause == LAUNCH else us
+
+    def mean(value) -> list[float]:
+        return [sum(value(k) or 0 for k in range(a, b + 1)) / (b - a + 1) / 1e3 for a, b in groups]
+
+    series = [("busy", BUSY_COLOR, lambda k: steps[k].get("busy_us"))]
+    series += [(f"idle: {c}", CAUSE_COLORS[c], lambda k, c=c: idle(k, c))
+               for c in DRAWN_CAUSES if any(idle(k, c) > 0 for k in range(len(steps)))]  # no empty series
     per = "" if len(groups) == len(steps) else " (mean per step)"
     # Past a few dozen bars their names would overlap: the axis counts steps and the hover names them.
     by_name = len(groups) <= MAX_NAMED_STEP_BARS
@@ -387,20 +491,29 @@ def steps_figure(report: dict) -> dict:
     if per:
         title = (f"Per step: GPU busy and idle by cause, mean over runs of {groups[0][1] + 1} steps "
                  "(click a bar to zoom the timeline to its steps)")
+    if unplaced:  # said, not guessed: the report does not say in which step each host-work piece was launched
+        title += "<br><sub>host work is counted in idle: cpu_launch here (the report places only its longest " \
+                 "pieces in steps)</sub>"
     layout = {"barmode": "stack", "template": WHITE_TEMPLATE, "height": 360, "font": FONT,
               "title": {"text": title, "x": 0, "font": {"size": 15}}, "legend": {"x": 1.01, "y": 1},
               "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
               "yaxis": {"title": {"text": "time per step (ms)"}, "ticksuffix": " ms", "fixedrange": True},
-              "xaxis": {"title": {"text": "step" if by_name else "step number (trace order)"}, "tickangle": 0}}
+              "xaxis": {"title": {"text": "step" if by_name else "step number (trace order)"}, "automargin": True}}
     if not by_name:
         layout["bargap"] = 0.1
     return {"data": data, "layout": layout}
 
 
-def diff_figure(d: dict) -> go.Figure:
-    causes = list(d["idle_by_cause_us"])
+def diff_figure(d: dict, reports: dict[str, dict] | None = None) -> go.Figure:
+    """GPU idle by cause of both runs (host work apart from the launch overhead where `reports`, "before" and
+    "after", give the runs' findings)."""
+    by_side = {side: {c: v[side] or 0.0 for c, v in d["idle_by_cause_us"].items()} for side in ("before", "after")}
+    if reports:
+        by_side = {side: split_by_cause(by_side[side], reports[side].get("findings")) for side in by_side}
+    shown = {c for parts in by_side.values() for c, us in parts.items() if us}
+    causes = [c for c in DRAWN_CAUSES if c in shown] + sorted(shown - set(DRAWN_CAUSES))
     fig = go.Figure([go.Bar(name=f"{label}: {d[side]['name']}", x=[f"idle: {c}" for c in causes],
-                            y=[(d["idle_by_cause_us"][c][side] or 0) / 1e3 for c in causes], marker_color=color,
+                            y=[(by_side[side].get(c) or 0) / 1e3 for c in causes], marker_color=color,
                             hovertemplate="%{x}: %{y:.3f} ms<extra>" + html.escape(label) + "</extra>")
                      for side, label, color in (("before", "before", "#999999"), ("after", "after", BUSY_COLOR))])
     fig.update_layout(barmode="group", template="plotly_white", height=340, font=FONT,
@@ -561,18 +674,22 @@ def diff_steps_figure(names: dict[str, str], reports: dict[str, dict]) -> dict:
 
 
 def diff_timeline_figure(names: dict[str, str], data: dict[str, TimelineData], lo: float | None = None,
-                         hi: float | None = None) -> dict:
+                         hi: float | None = None, host_work_us: dict[str, list] | None = None) -> dict:
     """Both runs' steps and GPU lanes (busy / idle by cause) stacked on one axis: ns since each run's own GPU window
-    start, so the same step of the two runs lines up. [lo, hi]: the window shown (default: the longer run)."""
+    start, so the same step of the two runs lines up. [lo, hi]: the window shown (default: the longer run).
+    `host_work_us`: each side's host-work occurrences (dashboard.causes.host_work_spans_us)."""
     if lo is None or hi is None:
         lo = min(d.full_range()[0] for d in data.values())
         hi = max(d.full_range()[1] for d in data.values())
-    rows = []
+    rows, present = [], set()
     for side in ("before", "after"):
         view = data[side].view(lo, hi)
-        rows += [(side, data[side], lv) for lv in view.lanes if lv.lane.kind in ("steps", "device")]
+        split = host_work_lanes(data[side], list((host_work_us or {}).get(side) or ()))
+        present |= present_states(data[side], split)
+        rows += [(side, data[side], with_host_work(lv, split.get(lv.lane.key))) for lv in view.lanes
+                 if lv.lane.kind == "device" or (lv.lane.kind == "steps" and len(lv.lane.starts))]
     traces: list[dict] = []
-    _legend_entries(traces, ["busy", *(f"idle: {c}" for c in CAUSES)])
+    _legend_entries(traces, [s for s in GPU_STATES[:len(DRAWN_CAUSES) + 1] if s in present])
     labels = []
     for i, (side, _, lv) in enumerate(rows):
         labels.append(f"{side} · {lv.lane.label}")

@@ -9,6 +9,21 @@ from analyzer.report.palette import BUSY_COLOR, CAUSE_COLORS, SEVERITY_COLORS
 from analyzer.units import fmt_pct, fmt_us
 
 
+MESSAGE_VALUE_CHARS = 100  # a value quoted back in a message (a link's query, a path) is cut to this many
+
+
+def clipped(text: str, limit: int = MESSAGE_VALUE_CHARS) -> str:
+    """`text` as a message quotes it: whole up to `limit` characters, else its start and how long it was (a
+    20,000-character query pasted into a link is not printed back whole)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def quoted(value) -> str:
+    """repr() of a value from a URL, clipped."""
+    return clipped(repr(value))
+
+
 def run_href(run_id: str) -> str:
     return "/run/" + quote(run_id, safe="/")
 

@@ -1,7 +1,9 @@
-"""`/diff?before=<id>&after=<id>`: two runs compared with analyzer.diff.compare: what each finding did (fixed,
-new, changed, unchanged), step time, utilization, idle by cause, syncs and allocator calls."""
+"""`/diff?before=<id>&after=<id>`: two runs compared with analyzer.diff.compare: first what makes the runs unlike
+(device, workload, torch), then what each finding did (fixed, new, changed, unchanged), step time, utilization, idle
+by cause, syncs and allocator calls. Without both runs named it asks for them: it never picks two itself."""
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlencode
 
 import dash
@@ -11,53 +13,94 @@ from dash.exceptions import PreventUpdate
 from analyzer.api import compare, is_improvement, predicted_text, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
+from dashboard.causes import host_work_spans_us
 from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
-from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, error_card, markdown_block, run_href,
+from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, error_card, markdown_block, quoted, run_href,
                                    window_from_relayout)
 from analyzer.api import RunStore
 
 STATUS_COLORS = {"fixed": "#009E73", "new": "#D55E00", "changed": "#E69F00", "unchanged": "#999999"}
+# A change of a time or of utilization is coloured when it is larger than the run-to-run noise the verdict measured
+# on the step time (half its steps' 95% interval, or the sessions' spread, the larger), else than this share.
+DEFAULT_NOISE_SHARE = 0.05
+EXACT_METRICS = {"steps", "blocking_calls", "cuda_malloc", "cuda_free", "reserved_peak_bytes"}  # counted, not timed
 
 
 def layout(store: RunStore, before: str | None, after: str | None) -> html.Div:
     runs = store.runs()
     options = [{"label": f"{r.run_id}", "value": r.run_id} for r in runs]
     ids = [r.run_id for r in runs]
-    unknown = [f"{side}={value!r}" for side, value in (("before", before), ("after", after))
+    unknown = [f"{side}={quoted(value)}" for side, value in (("before", before), ("after", after))
                if value is not None and value not in ids]
     if unknown:
         return error_card(f"no such run: {', '.join(unknown)} (pick from the {len(ids)} runs under {store.root})",
                           title="cannot compare", back=True)
-    before = before or (ids[1] if len(ids) > 1 else None)
-    after = after or (ids[0] if ids else None)
     return html.Div([
         html.H1("Compare two runs"),
         html.P("Pick the run before a fix and the run after it. Runs not analyzed yet are analyzed now.",
                className="hint"),
         html.Div([
-            html.Label(["before", dcc.Dropdown(id="diff-before", options=options, value=before, clearable=False)]),
-            html.Label(["after", dcc.Dropdown(id="diff-after", options=options, value=after, clearable=False)]),
+            html.Label(["before", dcc.Dropdown(id="diff-before", options=options, value=before, clearable=False,
+                                               placeholder="the run before the fix…")]),
+            html.Label(["after", dcc.Dropdown(id="diff-after", options=options, value=after, clearable=False,
+                                              placeholder="the run after it…")]),
         ], className="diff-pickers"),
         dcc.Loading(html.Div(id="diff-body"), delay_show=150),
     ], className="page-diff")
 
 
-def _change(before, after, fmt, metric: str | None = None) -> list:
-    """before → after and the change in percent, green when it is an improvement and red when not."""
+def noise_share(d: dict) -> tuple[float, str]:
+    """The relative change within which a time or utilization is not coloured, and where it comes from."""
+    step = (d.get("verdict") or {}).get("step") or {}
+    bands = []
+    if step.get("interval"):
+        lo, hi = step["interval"]
+        bands.append((hi - lo) / 2)
+    if step.get("session_spread") is not None:
+        bands.append(step["session_spread"])
+    if bands:
+        return max(bands), "the run-to-run noise of the step time"
+    return DEFAULT_NOISE_SHARE, "no run-to-run noise measured for these runs: 5% taken"
+
+
+def _delta(before, after, fmt, metric: str | None) -> str:
+    """The change as the table shows its values: points of utilization, a count's difference, else percent (one
+    decimal under 1%)."""
+    if metric == "gpu_utilization":
+        return f"{round(100 * after, 1) - round(100 * before, 1):+.1f} pt"
+    if fmt is str:
+        return f"{after - before:+d}" if isinstance(before, int) and isinstance(after, int) else "changed"
+    if not before:
+        return "new"
+    pct = 100 * (after - before) / abs(before)
+    return f"{pct:+.1f}%" if abs(pct) < 1 else f"{pct:+.0f}%"
+
+
+def _change(before, after, fmt, metric: str | None = None, noise: tuple[float, str] | None = None) -> list:
+    """before → after and the change, at the precision shown: values that read the same are no change. The change
+    is green when it is an improvement and red when not, only when it is real: any change of a count; a time or
+    utilization beyond the noise (`noise`: noise_share)."""
     if before is None and after is None:
         return ["–"]
-    text = f"{fmt(before) if before is not None else '–'} → {fmt(after) if after is not None else '–'}"
-    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before:
-        pct = f"{100 * (after - before) / abs(before):+.0f}%"
-        good = is_improvement(metric, before, after) if metric else None
-        # a change that reads "+0%" is coloured as none: red beside "+0%" reads as a wrong number
-        tone = "muted" if good is None or pct in ("+0%", "-0%") else "delta good" if good else "delta bad"
-        return [text, html.Span(f" ({pct})", className=tone)]
-    return [text]
+    shown = (fmt(before) if before is not None else "–", fmt(after) if after is not None else "–")
+    text = f"{shown[0]} → {shown[1]}"
+    if not (isinstance(before, (int, float)) and isinstance(after, (int, float))):
+        return [text]
+    if shown[0] == shown[1]:
+        return [text, html.Span(" (no change)", className="muted", **{"data-change": "none"})]
+    share, where = noise or (DEFAULT_NOISE_SHARE, "")
+    exact = fmt is str or metric in EXACT_METRICS
+    beyond = exact or not before or abs(after - before) / abs(before) > share
+    good = is_improvement(metric, before, after) if metric else None
+    tone = "muted" if good is None or not beyond else "delta good" if good else "delta bad"
+    title = None if exact else (f"{'beyond' if beyond else 'within'} the noise: ±{100 * share:.1f}% ({where})")
+    return [text, html.Span(f" ({_delta(before, after, fmt, metric)})", className=tone, title=title,
+                            **{"data-change": "beyond" if beyond else "within"})]
 
 
 def _summary_table(d: dict) -> html.Table:
     s, steps, sy, al = d["summary"], d["per_step_median"], d["syncs"], d["allocator"]
+    noise = noise_share(d)
     rows = [("GPU utilization", "gpu_utilization", s["gpu_utilization"], fmt_pct),
             ("step time p50, unprofiled", "step_unprofiled_p50_us", s["step_unprofiled_p50_us"], fmt_us),
             ("step time p50, profiled", "step_profiled_p50_us", s["step_profiled_p50_us"], fmt_us),
@@ -72,12 +115,39 @@ def _summary_table(d: dict) -> html.Table:
             ("cudaFree calls", "cuda_free", al["cuda_free"], str),
             ("reserved peak", "reserved_peak_bytes", al["reserved_peak_bytes"], fmt_peak_bytes)]
     return html.Table([html.Thead(html.Tr([html.Th("metric"), html.Th("before → after")])),
-                       html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt, metric))],
+                       html.Tbody([html.Tr([html.Td(name), html.Td(_change(v["before"], v["after"], fmt, metric,
+                                                                            noise))],
                                            **{"data-metric": metric})
                                    for name, metric, v, fmt in rows])], className="kv")
 
 
+def comparison_warnings(d: dict, devices: dict[str, str | None]) -> list[str]:
+    """What makes the two runs unlike, to read before any number. The compare result's own list where it has one
+    (analyzer.compare: `warnings`, or the verdict's `differences`, each {"what", "before", "after"}); else the run
+    facts that differ (device, workload, torch), with each side's device as the run list shows it (`devices`:
+    meta.json's, else the trace's) where a report names none."""
+    verdict = d.get("verdict") or {}
+    if d.get("warnings") or verdict.get("warnings"):
+        return [w if isinstance(w, str) else str(w.get("text") or w.get("message") or w)
+                for w in d.get("warnings") or verdict["warnings"]]
+    if "differences" in verdict:
+        differ = [(x.get("what"), x.get("before"), x.get("after")) for x in verdict["differences"] or []]
+    else:
+        def fact(side: str, key: str):
+            run = d[side].get("run") or {}
+            if key == "device":
+                return run.get("device") or devices.get(side)
+            return Path(run["workload"]).stem if key == "workload" and run.get("workload") else run.get(key)
+        differ = [(key, fact("before", key), fact("after", key)) for key in ("device", "workload", "torch")
+                  if fact("before", key) != fact("after", key)]
+    if not differ:
+        return []
+    text = "; ".join(f"{what} {before or 'not recorded'} → {after or 'not recorded'}" for what, before, after in differ)
+    return [f"These runs differ in more than a fix: {text}. Changes below may come from that as much as from the fix."]
+
+
 def _findings_table(d: dict) -> html.Table | html.P:
+    noise = noise_share(d)
     if not d["findings"]:
         return html.P("Neither run has findings.", className="empty")
     head = html.Thead(html.Tr([html.Th(h, title=t) for h, t in (
@@ -87,7 +157,7 @@ def _findings_table(d: dict) -> html.Table | html.P:
     rows = [html.Tr([html.Td(badge(f["status"], STATUS_COLORS[f["status"]])),
                      html.Td(f["title_after"] or f["title_before"]),
                      html.Td(html.Code(f["call_site"] or "–")),
-                     html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us, "gpu_idle_us")),
+                     html.Td(_change(f["impact_before_us"], f["impact_after_us"], fmt_us, "gpu_idle_us", noise)),
                      html.Td(_change(f["count_before"], f["count_after"], str)),
                      html.Td(predicted_text(f), className="num")],
                     className=f"diff-finding {f['status']}", **{"data-status": f["status"]})
@@ -99,40 +169,51 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(Output("url", "search", allow_duplicate=True), Input("diff-before", "value"),
                   Input("diff-after", "value"), prevent_initial_call=True)
     def remember_pair(before_id, after_id):
-        """The pair in the URL: a link to this comparison, and Back to the previous pair."""
-        return "?" + urlencode({"before": before_id, "after": after_id})
+        """The pair in the URL: a link to this comparison, and Back to the previous pair (a side not picked yet is
+        left out)."""
+        picked = {k: v for k, v in (("before", before_id), ("after", after_id)) if v}
+        if not picked:
+            raise PreventUpdate
+        return "?" + urlencode(picked)
 
     @app.callback(Output("diff-body", "children"), Input("diff-before", "value"), Input("diff-after", "value"))
     def show_diff(before_id, after_id):
         if not before_id or not after_id:
-            return html.P("Pick two runs.", className="hint")
-        reports = []
+            missing = " and ".join(side for side, v in (("before", before_id), ("after", after_id)) if not v)
+            return html.P(f"Pick two runs to compare (still to pick: {missing}).", className="hint pick-two",
+                          role="status")
+        reports, runs = [], []
         for run_id in (before_id, after_id):
             run = store.find(run_id)
             if run is None:
-                return error_card(f"no run {run_id!r}")
+                return error_card(f"no run {quoted(run_id)}")
             try:
                 reports.append(store.report(run))
             except UsageError as exc:
                 return error_card(str(exc), title=f"cannot analyze {run_id}")
+            runs.append(run)
         d = compare(before_id, reports[0], after_id, reports[1])
         names = {"before": before_id, "after": after_id}
         sides = {"before": reports[0], "after": reports[1]}
-        timelines = {side: store.timeline(store.find(names[side])) for side in names}
+        timelines = {side: store.timeline(run) for side, run in zip(names, runs)}
+        host_work = {side: host_work_spans_us(report.get("findings")) for side, report in sides.items()}
+        warnings = comparison_warnings(d, {side: store.row(run).device for side, run in zip(names, runs)})
         verdict = d["verdict"]
         return html.Div([
             html.P([dcc.Link(before_id, href=run_href(before_id)), " → ",
                     dcc.Link(after_id, href=run_href(after_id))],
                    className="diff-title"),
+            *[html.P(w, className="note diff-warning", role="alert") for w in warnings],
             html.P(verdict["headline"], className=f"verdict {verdict['outcome']}",
                    **{"data-outcome": verdict["outcome"]}),
             html.Div([html.Div([html.H2("Summary"), _summary_table(d)], className="diff-summary"),
-                      html.Div(dcc.Graph(figure=diff_figure(d), config=GRAPH_CONFIG), className="diff-chart")],
+                      html.Div(dcc.Graph(figure=diff_figure(d, sides), config=GRAPH_CONFIG), className="diff-chart")],
                      className="diff-row"),
             html.H2("Findings"), _findings_table(d),
             html.H2("Steps and timelines"),
             dcc.Graph(id="diff-steps", figure=diff_steps_figure(names, sides), config=GRAPH_CONFIG),
-            dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines), config=TIMELINE_CONFIG),
+            dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines, host_work_us=host_work),
+                      config=TIMELINE_CONFIG),
             dcc.Store(id="diff-timeline-relayout"),
             markdown_block(render_diff_markdown(d), "diff-md", "this comparison"),
         ])
@@ -150,6 +231,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if window is None or None in runs.values():
             raise PreventUpdate
         data = {side: store.timeline(run) for side, run in runs.items()}
+        host_work = {side: host_work_spans_us(store.report(run).get("findings")) for side, run in runs.items()}
         if window == "full":
-            return diff_timeline_figure(names, data)
-        return diff_timeline_figure(names, data, min(window) * 1e6, max(window) * 1e6)
+            return diff_timeline_figure(names, data, host_work_us=host_work)
+        return diff_timeline_figure(names, data, min(window) * 1e6, max(window) * 1e6, host_work_us=host_work)

@@ -13,11 +13,12 @@ from dash.exceptions import PreventUpdate
 from analyzer.errors import UsageError
 from analyzer.api import TimelineData, numbered, ranked, saving_cell, validity_items, validity_line, what_if_line
 from analyzer.units import fmt_pct, fmt_us, plural
-from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, segments_figure, steps_figure,
-                               timeline_figure)
+from dashboard.causes import host_work_spans_us, split_by_cause
+from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, has_memory, memory_note, segments_figure,
+                               steps_figure, timeline_figure)
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, cause_badge, download_href, error_card,
-                                    markdown_block, run_href, severity_badge, window_bar, window_from_relayout,
-                                    window_parts)
+                                    markdown_block, quoted, run_href, severity_badge, window_bar,
+                                    window_from_relayout, window_parts)
 from analyzer.api import RunStore, format_created
 
 FINDING = "finding"
@@ -43,7 +44,7 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
     """The run page; `query` (the URL's finding / occ / t0 / t1) restores a selected finding and a zoom."""
     run = store.find(run_id)
     if run is None:
-        return error_card(f"no run {run_id!r} under the traces folder", back=True)
+        return error_card(f"no run {quoted(run_id)} under the traces folder", back=True)
     try:
         report = store.report(run)
         data = store.timeline(run)
@@ -53,8 +54,10 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
     findings = report.get("findings") or []
     state = _state_from_query(report, data, query or {}, run.run_id)
     lo, hi = state["window_ns"] or data.full_range()
-    figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"])
+    figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"], host_work_us=host_work_spans_us(findings))
     kinds = sorted({f["kind"] for f in findings})
+    memory = has_memory(data)
+    steps = (report.get("gaps") or {}).get("per_step") or []
     # One screen: the header, the findings (one line each) and the timeline on the left, the selected finding's
     # detail in a column on the right that stays in view while the page scrolls.
     return html.Div([
@@ -65,7 +68,7 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
         dcc.Store(id="scrolled"),
         dcc.Store(id="timeline-relayout", data=None),
         dcc.Store(id="shown-window", data=[lo, hi]),
-        _header(report, run.run_id),
+        _header(report, run.run_id, store.row(run).device),
         *([error_card(state["problem"], title="this link")] if state["problem"] else []),
         html.Div([
             html.Div([
@@ -75,16 +78,21 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
                 html.Div(_findings_table(findings, run.run_id), className="findings-scroll"),
                 html.Div([html.H2("Timeline"),
                           html.Span("how to zoom", title=TIMELINE_HINT, className="hint timeline-hint"),
+                          # kept without memory curves (hidden): the timeline's callback reads it
                           dcc.Checklist(id="memory-fit", options=[{"label": " fit the memory axis to memory_reserved "
                                                                             "in the window", "value": "fit"}],
-                                        value=[], className="memory-fit")], className="section-head"),
+                                        value=[], className="memory-fit",
+                                        style=None if memory else {"display": "none"})], className="section-head"),
                 html.Div(dcc.Loading(dcc.Graph(id="timeline", figure=figure, config=TIMELINE_CONFIG,
                                                style={"width": "100%"}),
                                      delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
                          id="timeline-box"),
+                *([] if memory else [html.P(f"Memory: {memory_note(data)}.", className="hint no-memory")]),
                 _segments_block(data),
-                dcc.Store(id="steps-figure", data=steps_figure(report)),
-                dcc.Graph(id="steps-graph", figure=STEPS_PENDING, config=GRAPH_CONFIG),
+                *([dcc.Store(id="steps-figure", data=steps_figure(report)),
+                   dcc.Graph(id="steps-graph", figure=STEPS_PENDING, config=GRAPH_CONFIG)] if steps else
+                  [html.P("Per step: no steps in this trace (no ProfilerStep#N or other <label>#N annotations).",
+                          className="hint no-steps")]),
                 markdown_block(markdown, "report-md", "the report"),
             ], className="run-main"),
             html.Aside(state["detail"] or _overview(report), id="finding-detail", className="detail-col"),
@@ -93,8 +101,9 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
 
 
 def _window(report: dict) -> tuple[float | None, dict[str, float], float | None]:
+    """GPU busy, idle by cause (host work apart: dashboard.causes), and the profiled window, in µs."""
     s = report.get("summary") or {}
-    by_cause = {c: float(v) for c, v in ((report.get("gaps") or {}).get("by_cause") or {}).items() if v}
+    by_cause = split_by_cause((report.get("gaps") or {}).get("by_cause") or {}, report.get("findings"))
     return s.get("gpu_busy_us"), by_cause, s.get("window_us")
 
 
@@ -111,10 +120,15 @@ def _overview(report: dict) -> list:
                    "call site, Python frames and advice here.", className="hint")]
 
 
-def _header(report: dict, run_id: str) -> html.Header:
+def _header(report: dict, run_id: str, listed_device: str | None = None) -> html.Header:
+    """`listed_device`: the device the run list shows (meta.json's, else the trace's deviceProperties): the page
+    names the same one, also for a bare trace whose report.json's run section has none."""
     run, s = report.get("run") or {}, report.get("summary") or {}
     workload = Path(run["workload"]).stem if run.get("workload") else None
-    title = " · ".join(str(p) for p in (workload, run.get("model"), run.get("device")) if p) or run_id
+    device = listed_device or run.get("device")
+    title = " · ".join(str(p) for p in (workload, run.get("model"), device) if p) or run_id
+    if not workload and device:  # a bare trace: its run id names it
+        title = f"{run_id} · {title}"
     facts = [f"{k} {run[k]}" for k in ("torch", "cuda_runtime", "dtype", "mode") if run.get(k)]
     if run.get("batch_size") is not None:
         facts.append(f"batch {run['batch_size']}")
@@ -123,7 +137,7 @@ def _header(report: dict, run_id: str) -> html.Header:
     st = s.get("step_time_us")
     if st and st.get("profiler_dilation") is not None:
         step = [html.B(fmt_us(st.get("unprofiled_p50"))), " unprofiled vs ", html.B(fmt_us(st.get("profiled_p50"))),
-                f" profiled (p50, profiler dilation {st.get('profiler_dilation')}×)"]
+                f" profiled (dilation {st.get('profiler_dilation')}×)"]
     elif st:
         step = [html.B(fmt_us(st.get("unprofiled_p50"))), f" unprofiled (no profiled match: {st.get('omitted')})"]
     else:
@@ -133,11 +147,12 @@ def _header(report: dict, run_id: str) -> html.Header:
                           for name, key in (("report.md", "report.md"), ("report.html", "report.html"),
                                             ("raw trace", "trace"))], className="downloads")
     return html.Header([
-        html.Div([html.H1(title), downloads], className="title-row"),
+        html.Div([html.H1(title, **{"data-device": device or ""}), downloads], className="title-row"),
         html.P([html.Code(run_id), *([" · ", " · ".join(facts)] if facts else [])], className="run-facts"),
         html.P(["GPU utilization ", html.B(fmt_pct(s.get("gpu_utilization"))),
                 f" · busy {fmt_us(s.get('gpu_busy_us'))} · idle {fmt_us(s.get('gpu_idle_us'))} of a "
-                f"{fmt_us(s.get('window_us'))} window · {plural(s.get('steps', 0), 'step')} · step time ", *step],
+                f"{fmt_us(s.get('window_us'))} profiled window · {plural(s.get('steps', 0), 'step')} · step p50 ",
+                *step],
                className="summary"),
         html.Div([window_bar(busy, by_cause, window, className="window-bar wide"),
                   html.Span([cause_badge(c, f"{c} {fmt_us(v)}") for c, v in by_cause.items()], className="chips")],
@@ -172,24 +187,26 @@ def _state_from_query(report: dict, data: TimelineData, query: dict, run_id: str
     if fid is not None:
         index = next((i for i, f in enumerate(findings) if f.get("id") == fid), None)
         if index is None:
-            problems.append(f"no finding {fid!r} in this run ({len(findings)} findings)")
+            problems.append(f"no finding {quoted(fid)} in this run ({len(findings)} findings)")
         else:
             f = findings[index]
             occ = f.get("occurrences_us") or []
             n = _int(query.get("occ"))
             if n is not None and not 1 <= n <= len(occ):
-                problems.append(f"finding {fid!r} has no occurrence {query.get('occ')!r} ({len(occ)} shown)")
+                problems.append(f"finding {quoted(fid)} has no occurrence {quoted(query.get('occ'))} "
+                                f"({len(occ)} shown)")
                 n = None
-            state.update(detail=_detail(f, index, run_id, data), selection={"finding": fid, "occ": n})
+            state.update(detail=_detail(f, index, run_id, data, report.get("what_if")),
+                         selection={"finding": fid, "occ": n})
             if occ:
                 zoom = _zoom(_window_ns(data, [occ[n - 1] if n else _largest(occ)], 0.0 if n else 0.05), occ, data)
                 state.update(window_ns=zoom["window_ns"], highlights_ns=zoom["highlights_ns"])
     t0, t1 = _float(query.get("t0")), _float(query.get("t1"))
     if (query.get("t0"), query.get("t1")) != (None, None):
         if t0 is None or t1 is None or not t0 < t1:
-            problems.append(f"t0={query.get('t0')!r}, t1={query.get('t1')!r}: not a time window in ms")
+            problems.append(f"t0={quoted(query.get('t0'))}, t1={quoted(query.get('t1'))}: not a time window in ms")
         else:
-            state["window_ns"] = [t0 * 1e6, t1 * 1e6]
+            state["window_ns"] = inside(data, [t0 * 1e6, t1 * 1e6])
     state["problem"] = "; ".join(problems) or None
     return state
 
@@ -256,7 +273,7 @@ def _findings_table(findings: list[dict], run_id: str) -> html.Table | html.P:
                                 title=f"confidence {f.get('confidence', 'high')}"
                                       + (f" ({', '.join(f['confidence_checks'])})" if f.get("confidence_checks") else "")),
             html.Td(title, title=f"{f['kind']}: {f['title']}", className="title"), _where_cell(f),
-            html.Td(str(f.get("count", "–")), className="num"), html.Td(saving_cell(f), className="num saving"),
+            html.Td(str(f.get("count", "–")), className="num"), html.Td(saving_text(f), className="num saving"),
             html.Td(fmt_us(f.get("impact_us")), className="num"),
             html.Td(html.A("link", href=finding_href(run_id, f["id"]), className="permalink",
                            title="a link to this finding, to paste into an issue"))],
@@ -273,12 +290,27 @@ def _where_cell(f: dict) -> html.Td:
     return html.Td(html.Code(text) if text else "–", className="call-site", title=text or None)
 
 
-def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData | None = None) -> list:
+def saving_text(f: dict) -> str:
+    """The saving cell (analyzer.api.saving_cell) with its unit: `1.21 ms/step (75%)` for a per-step saving,
+    `930.73 ms/window (96%)` for one over the profiled window (a trace without repeated steps)."""
+    cell = saving_cell(f)
+    w = f.get("what_if") or {}
+    number = fmt_us(w["saving_ms"] * 1e3) if w.get("saving_ms") is not None else None
+    if not number or not cell.startswith(number):
+        return cell
+    return number + ("/step" if w.get("measure") == "step" else "/window") + cell[len(number):]
+
+
+def _detail(f: dict, index: int, run_id: str | None = None, data: TimelineData | None = None,
+            what_if: dict | None = None) -> list:
+    """`what_if`: the report's what_if section, whose basis the sentence names (the estimated unprofiled step or
+    window, where the header's numbers are the profiled ones)."""
     detail = f.get("detail") or {}
+    line = what_if_line(f, what_if)
     out = [html.H3(f["title"]),
            html.P([severity_badge(f["severity"]), " ", badge(f["kind"], "#555555"),
                    f" · GPU idle {fmt_us(f.get('impact_us'))} · count {f.get('count', '–')}"]),
-           *([html.P(what_if_line(f, None), className="what-if")] if what_if_line(f, None) else []),
+           *([html.P(line, className="what-if")] if line else []),
            html.P([html.B("call site "), html.Code(f.get("call_site") or "–")]
                   + ([html.B(" library "), html.Code(f["library_site"])] if f.get("library_site") else []))]
     if detail.get("context"):
@@ -325,8 +357,20 @@ def _window_ns(data: TimelineData, spans_us: list, pad_share: float = 0.05, cont
     return [(lo - pad - data.t0_us) * 1e3, (hi + pad - data.t0_us) * 1e3]
 
 
+def inside(data: TimelineData, window_ns) -> list[float]:
+    """The window moved inside the run's whole range (the timeline's full view), its width kept; the whole range
+    where it is wider. A selection never zooms out past the trace: a one-time cost of 630 ms in a 979 ms window,
+    padded by twice its length, asked for -500 to 2,200 ms."""
+    full_lo, full_hi = data.full_range()
+    lo, hi = min(window_ns), max(window_ns)
+    if hi - lo >= full_hi - full_lo:
+        return [full_lo, full_hi]
+    shift = max(full_lo - lo, 0.0) - max(hi - full_hi, 0.0)
+    return [lo + shift, hi + shift]
+
+
 def _zoom(window_ns, highlights_us, data: TimelineData) -> dict:
-    return {"window_ns": window_ns, "highlights_ns": [[(s - data.t0_us) * 1e3, (e - data.t0_us) * 1e3]
+    return {"window_ns": inside(data, window_ns), "highlights_ns": [[(s - data.t0_us) * 1e3, (e - data.t0_us) * 1e3]
                                                       for s, e in highlights_us], "at": time.time()}
 
 
@@ -357,7 +401,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         f = report["findings"][index]
         occ = f.get("occurrences_us") or []
         zoom = _zoom(_window_ns(data, [_largest(occ)]), occ, data) if occ else dash.no_update
-        return zoom, _detail(f, index, run_id, data), {"finding": f.get("id"), "occ": None}
+        return zoom, _detail(f, index, run_id, data, report.get("what_if")), {"finding": f.get("id"), "occ": None}
 
     @app.callback(Output("zoom", "data", allow_duplicate=True), Output("selection", "data", allow_duplicate=True),
                   Input({"type": OCCURRENCE, "finding": ALL, "index": ALL}, "n_clicks"), State("run-id", "data"),
@@ -441,7 +485,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
                   Input("zoom", "data"), Input("memory-fit", "value"), State("shown-window", "data"),
                   State("run-id", "data"), prevent_initial_call=True)
     def refine_timeline(relayout, zoom, fit, shown, run_id):
-        _, data = timeline_data(run_id)
+        report, data = timeline_data(run_id)
         highlights = (zoom or {}).get("highlights_ns") or []
         if ctx.triggered_id == "memory-fit":
             lo, hi = shown or data.full_range()
@@ -453,9 +497,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
             window = window_from_relayout(relayout)
             if window is None:
                 raise PreventUpdate
-            lo, hi = data.full_range() if window == "full" else (window[0] * 1e6, window[1] * 1e6)
+            lo, hi = data.full_range() if window == "full" else inside(data, (window[0] * 1e6, window[1] * 1e6))
         lo, hi = min(lo, hi), max(lo, hi)
-        return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or [])), [lo, hi]
+        return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or []),
+                               host_work_us=host_work_spans_us(report.get("findings"))), [lo, hi]
 
     @app.callback(Output("segments-graph", "figure"), Input("timeline", "clickData"), State("run-id", "data"),
                   prevent_initial_call=True)

@@ -1,6 +1,7 @@
-"""`/`: the runs under DIR: workload, model and device, date, GPU utilization, the window split into busy and idle
-by cause (a small stacked bar), and the largest finding other than launch overhead (what tells eager runs apart:
-nearly all of them are launch-bound); filtered by text, sorted, and any two ticked runs compared."""
+"""`/`: the runs under DIR: the run and its workload, model and device, date, GPU utilization, the window split into
+busy and idle by cause (a small stacked bar, host work apart from the launch overhead), and the largest finding other
+than launch overhead (what tells eager runs apart: nearly all of them are launch-bound); filtered by text, sorted,
+and any two ticked runs compared. Fits a 1280 px window: long names wrap, numbers and badges never do."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -9,12 +10,18 @@ import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html
 
 from analyzer.units import fmt_pct, fmt_us
+from dashboard.causes import split_by_cause
 from dashboard.pages.common import error_card, run_href, severity_badge, window_bar
 from analyzer.api import RunRow, RunStore
 
-HEADERS = ("", "run", "workload", "model · device", "captured", "GPU utilization", "where the window went",
-           "biggest saving", "largest finding besides launch overhead")
-HEADER_TITLES = {"where the window went": "the profiled window: GPU busy, then GPU idle by cause (hover for each)",
+# (header, column class): the column widths are in style.css (a fixed layout: the table is as wide as the page)
+COLUMNS = (("", "col-pick"), ("run · workload", "col-run"), ("model · device", "col-device"),
+           ("captured", "col-created"), ("GPU utilization", "col-util"), ("where the window went", "col-bar"),
+           ("biggest saving", "col-saving"), ("largest finding besides launch overhead", "col-other"))
+HEADERS = tuple(h for h, _ in COLUMNS)
+HEADER_TITLES = {"run · workload": "the run's folder under the traces folder, and the workload its meta.json names",
+                 "where the window went": "the profiled window: GPU busy, then GPU idle by cause, host work apart "
+                                          "from launch overhead (hover for each)",
                  "biggest saving": "the fix that buys the most: the step time it saves (the trace replayed without "
                                    "that finding's cause)",
                  "largest finding besides launch overhead": "nearly every eager run is launch-bound: the largest "
@@ -26,11 +33,20 @@ SORTS = {"newest": "newest first", "oldest": "oldest first", "util-low": "lowest
          "workload": "workload, A to Z"}
 
 
-def _row(r: RunRow) -> html.Tr:
+def workload_of(r: RunRow) -> str | None:
+    """The workload meta.json names; None for a bare trace (the run list's fallback is the trace's file name, which
+    the run id already shows)."""
+    return None if r.workload in (None, r.run.trace.name) else r.workload
+
+
+def _row(r: RunRow, idle_by_cause: dict[str, float]) -> html.Tr:
     pick = html.Td(dcc.Checklist(id={"type": PICK, "run": r.run.run_id}, options=[{"label": "", "value": "on"}],
                                  value=[], className="pick"), title="tick two runs to compare them")
-    run_cell = html.Td(dcc.Link(r.run.run_id, href=run_href(r.run.run_id)), className="run-id")
-    facts = [html.Td(r.workload), html.Td(" · ".join(x for x in (r.model, r.device) if x) or "–", className="muted"),
+    workload = workload_of(r)
+    run_cell = html.Td([dcc.Link(r.run.run_id, href=run_href(r.run.run_id)),
+                        *([html.Div(workload, className="workload muted")]
+                          if workload and workload != r.run.run_id else [])], className="run-id")
+    facts = [html.Td(" · ".join(x for x in (r.model, r.device) if x) or "–", className="muted device"),
              html.Td(r.created or "–", className="created")]
     marks = {"data-run": r.run.run_id, "data-status": r.status}
     if r.status == "error":
@@ -43,7 +59,7 @@ def _row(r: RunRow) -> html.Tr:
                  html.Td("–"), html.Td("–")]
     else:
         cells = [html.Td(fmt_pct(r.utilization), className="num util"),
-                 html.Td(window_bar(r.busy_us, r.idle_by_cause, r.window_us), className="bar-cell"),
+                 html.Td(window_bar(r.busy_us, idle_by_cause, r.window_us), className="bar-cell"),
                  html.Td(_best_saving(r), className="best-saving"),
                  html.Td(_other_finding(r), className="other-finding")]
     return html.Tr([pick, run_cell, *facts, *cells], className="run-row", **marks)
@@ -55,9 +71,12 @@ def _best_saving(r: RunRow) -> list | html.Span:
         return html.Span("no estimate", className="muted", title="the replay cannot model this trace (see the run)")
     if not b["saving_ms"]:
         return html.Span("no fix saves measurable time", className="muted")
-    unit = "/step" if b.get("measure") == "step" else " over the window"
     share = f" ({b['saving_share']:.0%})" if b.get("saving_share") is not None else ""
-    return html.Div([html.Span(f"{fmt_us(b['saving_ms'] * 1e3)}{unit}{share}", className="impact"),
+    number = fmt_us(b["saving_ms"] * 1e3)
+    # a number never breaks from its unit (the text may wrap before "over the window")
+    text = [html.Span(f"{number}/step{share}", className="nowrap")] if b.get("measure") == "step" else \
+        [html.Span(number, className="nowrap"), " over the window", html.Span(share, className="nowrap")]
+    return html.Div([html.Span(text, className="impact"),
                      html.Div(b.get("title") or "", className="finding-title one-line", title=b.get("title") or "")])
 
 
@@ -65,8 +84,9 @@ def _other_finding(r: RunRow) -> list | html.Span:
     f = r.other_finding
     if not f:
         return html.Span("none: launch overhead only" if r.top_finding else "no findings", className="muted")
-    return [severity_badge(f.get("severity")), " ", html.Span(fmt_us(f.get("impact_us")), className="impact"), " ",
-            html.Span(f.get("title") or "", className="finding-title", title=f.get("title") or "")]
+    return [html.Div([severity_badge(f.get("severity")), " ",
+                      html.Span(fmt_us(f.get("impact_us")), className="impact")]),
+            html.Div(f.get("title") or "", className="finding-title clamp", title=f.get("title") or "")]
 
 
 def _text(r: RunRow) -> str:
@@ -95,14 +115,32 @@ def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[
     return rows
 
 
-def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None) -> html.Table | html.P:
+def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None,
+           store: RunStore | None = None) -> html.Table | html.P:
     """The table says which sort and filter it was built for (data-sort, data-query): a page or test that changed
     them can wait for the table that answers them."""
     marks = {"data-sort": sort or "newest", "data-query": query or ""}
     if not rows:
         return html.P("No run matches.", className="empty", **marks)
-    head = html.Thead(html.Tr([html.Th(h, title=HEADER_TITLES.get(h)) for h in HEADERS]))
-    return html.Table([head, html.Tbody([_row(r) for r in rows])], className="runs", **marks)
+    head = html.Thead(html.Tr([html.Th(h, title=HEADER_TITLES.get(h), className=c) for h, c in COLUMNS]))
+    cols = html.Colgroup([html.Col(className=c) for _, c in COLUMNS])
+    return html.Table([cols, head, html.Tbody([_row(r, idle_parts(store, r)) for r in rows])], className="runs",
+                      **marks)
+
+
+_HOST_WORK_FINDINGS: dict[tuple, list[dict]] = {}  # (run id, trace stamp) -> the report's host-work findings
+
+
+def idle_parts(store: RunStore | None, r: RunRow) -> dict[str, float]:
+    """The row's idle by cause with host work apart (dashboard.causes): the host-work findings of the run's report,
+    read once per trace (the row itself carries the report's by_cause only)."""
+    if store is None or r.status != "analyzed" or not r.idle_by_cause.get("cpu_launch"):
+        return r.idle_by_cause
+    key = (r.run.run_id, r.run.stamp())
+    if key not in _HOST_WORK_FINDINGS:
+        report = store.cached_report(r.run) or {}
+        _HOST_WORK_FINDINGS[key] = [f for f in report.get("findings") or [] if f.get("kind") == "host_work"]
+    return split_by_cause(r.idle_by_cause, _HOST_WORK_FINDINGS[key])
 
 
 def layout(store: RunStore) -> html.Div:
@@ -114,7 +152,7 @@ def layout(store: RunStore) -> html.Div:
                        html.Code("python -m analyzer capture workloads/decode.yaml"), "."], className="empty")
         tools = None
     else:
-        body = html.Div(_table(rows), id="runs-table")
+        body = html.Div(_table(rows, store=store), id="runs-table")
         tools = html.Div([
             dcc.Input(id="runs-filter", type="search", placeholder="filter: workload, model, GPU, finding…",
                       debounce=True, className="runs-filter"),
@@ -147,7 +185,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         now = {r.run.run_id: r.status for r in rows}
         if ctx.triggered_id == "runs-poll" and now == statuses:
             return dash.no_update, not store.pending(), dash.no_update
-        return _table(rows, sort, query), not store.pending(), now
+        return _table(rows, sort, query, store), not store.pending(), now
 
     @app.callback(Output("runs-compare", "children"), Input({"type": PICK, "run": ALL}, "value"),
                   State({"type": PICK, "run": ALL}, "id"), prevent_initial_call=True)

@@ -316,8 +316,13 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     summary = page.locator(".diff-summary").inner_text()
     assert "GPU utilization" in summary and "step time p50, unprofiled" in summary
     verdict = page.locator("p.verdict")
-    assert verdict.get_attribute("data-outcome") == d["verdict"]["outcome"] == "better"
+    # the outcome is the analyzer's (tests/compare): the step grew against the fixed .item(), "mixed" since 0d2a4f4
+    assert verdict.get_attribute("data-outcome") == d["verdict"]["outcome"]
     assert verdict.inner_text() == d["verdict"]["headline"] and ".item()" in d["verdict"]["headline"]
+    # what else differs between the runs (their workloads here) is said first, above the verdict
+    warning = page.locator("p.diff-warning")
+    assert "workload" in warning.inner_text() and "decode" in warning.inner_text()
+    assert warning.bounding_box()["y"] < verdict.bounding_box()["y"]
     # utilization rose: green; the blocking syncs went away: green
     util = page.locator("tr[data-metric=gpu_utilization] .delta")
     assert util.get_attribute("class") == "delta good"
@@ -401,7 +406,7 @@ def test_run_list_filters_sorts_and_compares_two_ticked_runs(page, base_url):
     page.wait_for_selector("table.runs[data-sort=util-low][data-query='']", timeout=20_000)
     assert page.locator("tr.run-row").count() == 5
     shown = page.locator("tr.run-row").evaluate_all(
-        "rs => rs.map(r => [r.dataset.status, (r.querySelector('td.util') || r.cells[5]).innerText])")
+        "rs => rs.map(r => [r.dataset.status, (r.querySelector('td.util') || r.cells[4]).innerText])")
     analyzed = [float(u.rstrip("%")) for status, u in shown if status == "analyzed"]
     assert analyzed == sorted(analyzed) and all(st != "analyzed" for st, _ in shown[len(analyzed):])
     page.locator("tr.run-row[data-run=item_sync] .pick input").check()
