@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import html
+import math
 import weakref
 
 import numpy as np
@@ -38,6 +39,8 @@ MEMORY_POINT = "memory"  # customdata of the memory lane's hover points: a click
 HOVER_BINS = 200  # binned lanes: one hover point per group of bins
 MAX_STEP_BARS = 200
 MAX_NAMED_STEP_BARS = 24
+STEPS_PLOT_PX = 600  # the per-step chart's plot area at the narrowest window it is laid out for (1280 px)
+STEP_TICK_CHAR_PX = 7.6  # a character of a tick label at the chart's 13 px font, at most
 STEP_NAME_PX = 11  # a step name that does not fit its bar at this size is not drawn
 # exact lanes: a hover text shared by at least HOVER_GROUP_MIN points gets a trace of its own (the text sent once),
 # at most HOVER_GROUPS of them; the rest share one trace with a text per point (plotly pays per trace: 24 groups per
@@ -480,9 +483,13 @@ def steps_figure(report: dict) -> dict:
     series += [(f"idle: {c}", CAUSE_COLORS[c], lambda k, c=c: idle(k, c))
                for c in DRAWN_CAUSES if any(idle(k, c) > 0 for k in range(len(steps)))]  # no empty series
     per = "" if len(groups) == len(steps) else " (mean per step)"
-    # Past a few dozen bars their names would overlap: the axis counts steps and the hover names them.
+    # Past a few dozen bars their names would overlap: the axis counts steps and the hover names them. Below that,
+    # a name every `every` bars, so that the names fit side by side at a laptop's width (decode_step#0 and
+    # decode_step#1 ran into each other); every bar still names its step on hover.
     by_name = len(groups) <= MAX_NAMED_STEP_BARS
     x = names if by_name else [a for a, _ in groups]
+    every = max(1, math.ceil(max(map(len, names)) * STEP_TICK_CHAR_PX / (STEPS_PLOT_PX / len(groups)))) \
+        if by_name else 1
     data = [{"type": "bar", "x": x, "y": mean(value), "name": name, "marker": {"color": color},
              "customdata": groups, "hovertext": names,
              "hovertemplate": f"%{{hovertext}}<br>{name} %{{y:.3f}} ms{per}<extra></extra>"}
@@ -498,7 +505,10 @@ def steps_figure(report: dict) -> dict:
               "title": {"text": title, "x": 0, "font": {"size": 15}}, "legend": {"x": 1.01, "y": 1},
               "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
               "yaxis": {"title": {"text": "time per step (ms)"}, "ticksuffix": " ms", "fixedrange": True},
-              "xaxis": {"title": {"text": "step" if by_name else "step number (trace order)"}, "automargin": True}}
+              "xaxis": {"title": {"text": "step" if by_name else "step number (trace order)"}, "automargin": True,
+                        **({"tickmode": "array", "tickvals": names[::every], "ticktext": names[::every]}
+                           if by_name else {})},
+              "meta": {"names_every": every}}
     if not by_name:
         layout["bargap"] = 0.1
     return {"data": data, "layout": layout}

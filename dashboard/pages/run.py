@@ -363,10 +363,14 @@ def inside(data: TimelineData, window_ns) -> list[float]:
     padded by twice its length, asked for -500 to 2,200 ms."""
     full_lo, full_hi = data.full_range()
     lo, hi = min(window_ns), max(window_ns)
-    if hi - lo >= full_hi - full_lo:
+    width = hi - lo
+    if width >= full_hi - full_lo:
         return [full_lo, full_hi]
-    shift = max(full_lo - lo, 0.0) - max(hi - full_hi, 0.0)
-    return [lo + shift, hi + shift]
+    if lo < full_lo:
+        return [full_lo, full_lo + width]
+    if hi > full_hi:
+        return [full_hi - width, full_hi]
+    return [lo, hi]
 
 
 def _zoom(window_ns, highlights_us, data: TimelineData) -> dict:
