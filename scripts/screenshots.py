@@ -1,11 +1,14 @@
 """Screenshots of every dashboard page, as a person first sees them, at a laptop's and a desktop's window size.
 
-    .venv/bin/python scripts/screenshots.py OUT_DIR [--traces traces/examples] [--run item_sync] [--sizes 1500x1000 1280x800]
+    .venv/bin/python scripts/screenshots.py OUT_DIR [--traces traces/examples] [--run item_sync] \
+        [--compare item_sync decode] [--sizes 1500x1000 1280x800]
 
-Serves the dashboard over --traces on 127.0.0.1, opens the run list, one run page (as opened, then with its first
-non-launch finding clicked), its segment view, the diff page of two runs and the first job report (a folder that
-`analyze-many --out` wrote under --traces) in headless Debian chromium, and writes one PNG per page and size: what
-is above the fold (the window) and the whole page. For looking, not for testing.
+Serves the dashboard over --traces on 127.0.0.1, opens the run list (once every run is analyzed), one run page (as
+opened, then with its first non-launch finding clicked), its segment view, the diff page of two runs and the first job
+report (a folder that `analyze-many --out` wrote under --traces) in headless Debian chromium, and writes one PNG per
+page and size: what is above the fold (the window) and the whole page. Each shot waits for what it shows (the
+timeline drawn, the selection's zoom answered, the per-step chart drawn), never for a fixed time. For looking, not for
+testing: tests/dashboard holds the checks.
 """
 from __future__ import annotations
 
@@ -26,12 +29,20 @@ from dashboard.app import create_app  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 DRAWN = "() => { const gd = document.querySelector('#timeline .js-plotly-plot'); return gd && gd._fullLayout; }"
+# the run page's per-step chart is drawn after the timeline; a run without steps has none
+STEPS_DRAWN = ("() => { const el = document.getElementById('steps-graph'); if (!el) { return true; }"
+               " const gd = el.querySelector('.js-plotly-plot'); return gd && gd._fullData && gd._fullData.length; }")
+# a selection's answer: the detail column names the finding and the timeline shades its occurrences
+SELECTED = ("title => { const h = document.querySelector('#finding-detail h3');"
+            " const gd = document.querySelector('#timeline .js-plotly-plot');"
+            " return h && h.innerText === title && gd && (gd.layout.shapes || []).some(s => s.type === 'rect'); }")
 
 
 def shoot(page, out: Path, name: str) -> None:
     page.screenshot(path=str(out / f"{name}.png"))
     page.screenshot(path=str(out / f"{name}-full.png"), full_page=True)
     print(out / f"{name}.png")
+    print(out / f"{name}-full.png")
 
 
 def main() -> None:
@@ -59,11 +70,15 @@ def main() -> None:
             shoot(page, args.out, f"runs-{size}")
             page.goto(f"{base}/run/{args.run}")
             page.wait_for_function(DRAWN, timeout=120_000)
+            page.wait_for_function(STEPS_DRAWN, timeout=120_000)
             page.wait_for_load_state("networkidle")
             shoot(page, args.out, f"run-{size}")
             others = page.locator("tr.finding-row:not([data-kind=launch_gap])")
-            (others if others.count() else page.locator("tr.finding-row")).first.click()
-            page.wait_for_timeout(2500)  # the zoom's round trip: a look, not a test
+            row = (others if others.count() else page.locator("tr.finding-row")).first
+            title = row.locator("td.title").get_attribute("title").split(": ", 1)[1]
+            row.click()
+            page.wait_for_function(SELECTED, arg=title, timeout=120_000)
+            page.wait_for_load_state("networkidle")
             shoot(page, args.out, f"run-selected-{size}")
             seg = page.locator("#segments-graph")
             if seg.count():
@@ -72,15 +87,20 @@ def main() -> None:
             before, after = args.compare
             page.goto(f"{base}/diff?before={before}&after={after}")
             page.wait_for_selector("p.verdict", timeout=120_000)
+            page.wait_for_function("() => [...document.querySelectorAll('.page-diff .js-plotly-plot')].every("
+                                   "gd => gd._fullLayout)", timeout=120_000)
             page.wait_for_load_state("networkidle")
             shoot(page, args.out, f"diff-{size}")
+            page.goto(f"{base}/diff")  # no runs named: it asks for two
+            page.wait_for_selector("p.pick-two", timeout=60_000)
+            shoot(page, args.out, f"diff-pick-{size}")
             page.goto(base + "/")
             page.wait_for_selector("table.runs")
             jobs = page.locator("a.job-link")
             if jobs.count():
                 jobs.first.click()
+                page.wait_for_selector(".page-job .js-plotly-plot", timeout=120_000)
                 page.wait_for_load_state("networkidle")
-                page.wait_for_timeout(1500)
                 shoot(page, args.out, f"job-{size}")
             page.close()
         browser.close()

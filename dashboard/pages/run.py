@@ -206,7 +206,7 @@ def _state_from_query(report: dict, data: TimelineData, query: dict, run_id: str
         if t0 is None or t1 is None or not t0 < t1:
             problems.append(f"t0={quoted(query.get('t0'))}, t1={quoted(query.get('t1'))}: not a time window in ms")
         else:
-            state["window_ns"] = inside(data, [t0 * 1e6, t1 * 1e6])
+            state["window_ns"] = [t0 * 1e6, t1 * 1e6]  # a link restores the view it was made from
     state["problem"] = "; ".join(problems) or None
     return state
 
@@ -359,8 +359,8 @@ def _window_ns(data: TimelineData, spans_us: list, pad_share: float = 0.05, cont
 
 def inside(data: TimelineData, window_ns) -> list[float]:
     """The window moved inside the run's whole range (the timeline's full view), its width kept; the whole range
-    where it is wider. A selection never zooms out past the trace: a one-time cost of 630 ms in a 979 ms window,
-    padded by twice its length, asked for -500 to 2,200 ms."""
+    where it is wider. A finding, occurrence or step selected never zooms out past the trace: a one-time cost of
+    630 ms in a 979 ms window, padded by twice its length, asked for -500 to 2,200 ms."""
     full_lo, full_hi = data.full_range()
     lo, hi = min(window_ns), max(window_ns)
     width = hi - lo
@@ -501,7 +501,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
             window = window_from_relayout(relayout)
             if window is None:
                 raise PreventUpdate
-            lo, hi = data.full_range() if window == "full" else inside(data, (window[0] * 1e6, window[1] * 1e6))
+            # a drag or pan shows what it asked for; only the zooms the page asks for itself are kept inside
+            lo, hi = data.full_range() if window == "full" else (window[0] * 1e6, window[1] * 1e6)
         lo, hi = min(lo, hi), max(lo, hi)
         return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or []),
                                host_work_us=host_work_spans_us(report.get("findings"))), [lo, hi]
