@@ -71,7 +71,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
     held: dict[tuple[int, int], list[int]] = defaultdict(list)  # (thread, its site) -> untraced pieces it held
     for i, (piece, frame) in enumerate(zip(sel.tolist(), at_middle.tolist())):
         d = during.of(piece)
-        if d >= 0 and during.untraced[d] and during.other_frame[d] >= 0:
+        if d >= 0 and during.held[d]:
             other = int(during.other_frame[d])
             held[(int(model.frames.tid[other]), _frame_site_key(ctx, other))].append(piece)
             continue
@@ -115,7 +115,7 @@ def _host_work(ctx: AnalysisContext, sel: np.ndarray) -> tuple[list[dict], list[
                      "tail_op": _tail_op(ctx, lead) if not untraced[key] else None,
                      "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in members[:16]]},
                     Fix(f"{site['label']} taken out of the step (or overlapped with GPU work)",
-                        np.asarray(sorted(work[key]), np.int64).reshape(-1, 3))))
+                        np.asarray(sorted(work[key]), np.int64).reshape(-1, 3), python_code=key >> 60 != KIND_OP)))
     out += [_held_by_another_thread(ctx, tid, key, members) for (tid, key), members in held.items()]
     out.sort(key=lambda h: -h[0]["idle_us"])
     return [h for h, _ in out], [f for _, f in out]
@@ -132,7 +132,7 @@ def _held_by_another_thread(ctx: AnalysisContext, tid: int, key: int, pieces: li
     idle, during, model = ctx.idle, ctx.host_during, ctx.model
     pieces.sort(key=lambda p: -(idle.end_ns[p] - idle.start_ns[p]))
     lead = pieces[0]
-    other = int(during.other_frame[during.of(lead)])
+    other, binding = int(during.other_frame[during.of(lead)]), int(during.binding[during.of(lead)])
     site = describe_site(ctx, key, other)
     durations = [us(idle.end_ns[p] - idle.start_ns[p]) for p in pieces]
     thread = ctx.gaps.thread_row[idle.gap[pieces]]
@@ -144,9 +144,12 @@ def _held_by_another_thread(ctx: AnalysisContext, tid: int, key: int, pieces: li
              "innermost": None, "context": model.frame_chain(other, 8), "launch_site": None, "libraries": [],
              "host_memory": None, "tail_op": None,
              "held_by": {"tid": tid, "role": _thread_role(ctx, tid), "launching_tids": sorted(launching),
-                         "frame": model.names[model.frames.name[other]]},
+                         "frame": model.names[model.frames.name[other]],
+                         "binding": model.names[model.frames.name[binding]] if binding >= 0 else None},
              "occurrences": [(us(idle.start_ns[p]), us(idle.end_ns[p])) for p in pieces[:16]]}
-    return group, Fix(f"{site['label']} moved off the GIL (another process, or native code that releases it)", work)
+    return group, Fix(f"{site['label']} moved off the GIL (another process, or native code that releases it; "
+                      f"averaged over the steps, as that thread's work falls in some of them)", work, averaged=True,
+                      python_code=True)
 
 
 def _thread_role(ctx: AnalysisContext, tid: int) -> str:

@@ -121,8 +121,15 @@ def held_by_text(h: dict, long_gap_us: float) -> tuple[str, str]:
     who = held["role"] if held["role"] != "another thread" else f"thread {held['tid']}"
     launching = ", ".join(str(t) for t in held["launching_tids"])
     what = f"while {who} ran {h['call_site']} in Python (holding the GIL)"
-    advice = (f"In these gaps the launching thread (tid {launching}) recorded nothing, while {who} (tid "
-              f"{held['tid']}) was running Python in {h['call_site']}. Only one thread runs Python bytecode at a "
+    other = f"{who} (tid {held['tid']})" if who != f"thread {held['tid']}" else who
+    if held.get("binding"):
+        before = (f"In these gaps the launching thread (tid {launching}) sat in a torch call "
+                  f"(`{held['binding']}`) whose ops had already ended: it was waiting for the GIL to return to "
+                  f"Python, while {other} was running Python in {h['call_site']}.")
+    else:
+        before = (f"In these gaps the launching thread (tid {launching}) recorded nothing, while {other} was running "
+                  f"Python in {h['call_site']}.")
+    advice = (before + " Only one thread runs Python bytecode at a "
               f"time: a thread that needs the GIL waits for the holder to drop it, which a busy thread does every "
               f"sys.getswitchinterval() (5 ms by default), so the launching thread's next launch waits that long and "
               f"the GPU idles.")
@@ -136,7 +143,11 @@ def held_by_text(h: dict, long_gap_us: float) -> tuple[str, str]:
         advice += (" Move that work to another process (a ProcessPoolExecutor or a multiprocessing worker: its own "
                    "interpreter and GIL), use a library call that releases the GIL (a fast tokenizer's batch API, "
                    "numpy on large arrays), or batch it so it runs between steps instead of during them.")
-    advice += (" The evidence is the trace's own: no event ended on the launching thread in the gap, and the other "
-                "thread's innermost frame there is a Python function, not a wait; py-spy dump or Nsight Systems' OS "
-                "runtime trace show the GIL wait directly.")
+    evidence = ("a torch call's frame stayed open long after its ops ended" if held.get("binding") else
+                "no event ended on the launching thread in the gap")
+    advice += (f" The evidence is the trace's own: {evidence}, and the other thread's innermost frame there is a "
+               f"Python function, not a wait; py-spy dump or Nsight Systems' OS runtime trace show the GIL wait "
+               f"directly. The price removes the stalls from the steps they fell in, averaged over the steps; the "
+               f"other thread's Python ran under the profiler too, and how much slower that made it the trace "
+               f"cannot tell.")
     return what, advice

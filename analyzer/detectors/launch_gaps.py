@@ -262,9 +262,17 @@ def _launch_advice(ctx: AnalysisContext, graph: dict | None, per_step: list[dict
               + (" Parts of the model run as torch.compile graphs already, but most of these gaps come "
                  "before work launched eagerly." if traits.compiled else "") + _engine_hint(ctx))
     if _host_bound_share(ctx) >= HOST_BOUND_SHARE:
-        advice += (f" The {step} also computes on host tensors or waits for input (the host-compute and input-wait "
-                   f"findings): a {word} holds only GPU work, so that host work has to move to the GPU (or off the "
-                   f"step's path) before the {step} can be captured; until then only the launches' own time goes.")
+        idle = ctx.idle
+        present = [what for what, cause in (("computes on host tensors (the host-compute finding)", HOST_COMPUTE),
+                                            ("waits for input (the input-wait finding)", INPUT_WAIT),
+                                            ("sets a library up for input shapes that keep changing (the shape "
+                                             "set-up finding; a graph replays only the shapes it captured)", SETUP))
+                   if idle.total_ns(cause)]
+        advice += (f" The {step} also " + (", ".join(present[:-1]) + " and " + present[-1] if len(present) > 1
+                                           else present[0])
+                   + f": a {word} holds only GPU work at the shapes it captured, so that host work has to go (or "
+                   f"move off the step's path) before the {step} can be captured; until then only the launches' own "
+                   f"time goes.")
     if graph and graph.get("measured"):
         m = graph["measured"]
         advice += (f" Measured on this run: {m['eager_step_us'] / 1e3:.2f} ms eager, "

@@ -132,7 +132,7 @@ def _specific_advice(ctx: AnalysisContext, breakdown: list[dict]) -> str:
                 "default): HIP_ENABLE_DEFERRED_LOADING=0 moves that to start-up, at some start-up time and memory."
                 if ctx.traits.hip else
                 " A kernel's first launch loads its module lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA "
-                "11.7): CUDA_MODULE_LOADING=EAGER moves that to start-up, at some start-up time and memory.")
+                "12.2): CUDA_MODULE_LOADING=EAGER moves that to start-up, at some start-up time and memory.")
     if "shape set-up" in kinds:
         out += (" A library op's first call at each input shape builds or chooses its kernel (cuDNN plans and "
                 "algorithm searches, cuBLASLt heuristics) and later calls at that shape reuse it: run each shape once "

@@ -98,8 +98,12 @@ def what_if_line(finding: dict, section: dict | None) -> str:
                  f"{ms(w['once_ms'])}.")
     if w.get("depends_on_guess"):
         low, high = w["saving_range_ms"]
-        line += (f" That price depends on the profiler's cost on this trace's host, which the trace cannot tell: "
-                 f"{ms(low)} to {ms(high)} across the span the project's own captures measured.")
+        slower = w.get("python_under_stacks")
+        line += (f" That price depends on the profiler's cost on this trace's host"
+                 + (f" and on how much its stack tracer slowed this Python code ({slower[0]:.1f}x to {slower[1]:.1f}x "
+                    f"in the project's own captures)" if slower else "")
+                 + f", which the trace cannot tell: {ms(low)} to {ms(high)} across the span the project's own "
+                 f"captures measured.")
     graded = w.get("severity_from")
     if graded:
         line += (f" Severity {finding['severity']}: judged on the unprofiled step, which the profiler dilated "

@@ -58,6 +58,9 @@ class HostDuring:
     host_memory: np.ndarray  # the largest host (CPU) [memory] event on the thread inside the piece, -1 none
     other_frame: np.ndarray  # another thread of the process running Python over the piece (its innermost frame at
     # the piece's middle, a Python function's, not a wait), -1 none: while that thread runs bytecode it holds the GIL
+    held: np.ndarray  # bool: the launching thread waited for the GIL that thread held: the piece is untraced, or at
+    # least TRACED_SHARE of it is a torch binding's way back into Python after its ops ended (_binding_waits)
+    binding: np.ndarray  # for the latter: the binding's frame (the longest wait in the piece), -1 otherwise
 
     def of(self, piece: int) -> int:
         """Position of an idle piece in these arrays, -1 if it is not described."""
@@ -74,7 +77,8 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     lo, hi = idle.start_ns[pieces], idle.end_ns[pieces]
     if not len(pieces) or not len(rt):
         empty = np.zeros(0, np.int64)
-        return HostDuring(empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty, empty)
+        return HostDuring(empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0, bool), empty, empty,
+                          np.zeros(0, bool), empty)
     pid, tid = rt.pid[launch], rt.tid[launch]
     tables = (model.frames, model.ops, rt)
     frame, op, call = (_spanning(table, pid, tid, lo, hi) for table in tables)
@@ -84,9 +88,46 @@ def host_during(model: TraceModel, gaps, idle, pieces: np.ndarray) -> HostDuring
     has = tail >= 0
     share[has] = np.maximum(share[has], hi[has] - model.ops.start_ns[tail[has]])
     share = share / np.maximum(hi - lo, 1)
-    return HostDuring(pieces, frame, op, call, tail, share, _untraced(model, frame, op, call, share),
-                      _largest_host_memory(model.memory, pid, tid, lo, hi), _other_thread_running(model, pid, tid, lo,
-                                                                                                  hi))
+    untraced = _untraced(model, frame, op, call, share)
+    other = _other_thread_running(model, pid, tid, lo, hi)
+    held, binding = (other >= 0) & untraced, np.full(len(lo), -1, np.int64)
+    ask = np.flatnonzero((other >= 0) & ~untraced)  # most traces: none, and the op table is not walked
+    if len(ask):
+        waited, longest = _binding_waits(model, pid[ask], tid[ask], lo[ask], hi[ask])
+        held[ask] = waited >= TRACED_SHARE * (hi[ask] - lo[ask])
+        binding[ask] = np.where(held[ask], longest, -1)
+    return HostDuring(pieces, frame, op, call, tail, share, untraced,
+                      _largest_host_memory(model.memory, pid, tid, lo, hi), other, held, binding)
+
+
+def _binding_waits(model: TraceModel, pid, tid, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """Per piece: ns of it (and the frame with the longest such stretch, -1 none) that the thread spent in a C
+    function's frame after the last op that function
+    dispatched had ended (a torch binding: its ops release the GIL while they run, and returning to Python needs
+    it back: with another thread running bytecode, that is a wait for the GIL; the binding's own C++ after its
+    op takes microseconds). A C function with no op inside (numpy, a tokenizer's native code) may be doing its own
+    work: not counted."""
+    frames, ops, names = model.frames, model.ops, model.names
+    out, longest = np.zeros(len(lo), np.int64), np.full(len(lo), -1, np.int64)
+    has_op = ops.frame >= 0
+    if not len(lo) or not has_op.any():
+        return out, longest
+    last_op_end = np.full(len(frames), -1, np.int64)
+    np.maximum.at(last_op_end, ops.frame[has_op], ops.end_ns[has_op])
+    c_code = np.zeros(len(names), bool)
+    for c in present_codes(frames.name, len(names)).tolist():
+        c_code[c] = names[c].startswith(("<built-in", "<method"))
+    binding = np.flatnonzero((last_op_end >= 0) & c_code[frames.name])
+    if not len(binding):
+        return out, longest
+    tail_start, tail_end = np.maximum(last_op_end[binding], frames.start_ns[binding]), frames.end_ns[binding]
+    for i in range(len(lo)):
+        mine = np.flatnonzero((frames.pid[binding] == pid[i]) & (frames.tid[binding] == tid[i])
+                              & (tail_start < hi[i]) & (tail_end > lo[i]))
+        if len(mine):
+            stretch = np.minimum(tail_end[mine], hi[i]) - np.maximum(tail_start[mine], lo[i])
+            out[i], longest[i] = int(stretch.sum()), int(binding[mine[np.argmax(stretch)]])
+    return out, longest
 
 
 def _other_thread_running(model: TraceModel, pid, tid, lo, hi) -> np.ndarray:

@@ -11,10 +11,12 @@ OUTLIER_MIN_NS more, the thresholds of analyzer.views.onetime's first-call outli
 orders of magnitude above a dispatch).
 
 Whether it comes back is read from the window:
-- one-time: the shape recurs later in the window at the usual cost (the library kept what it built); a lone slow
-  call at a shape that never comes back is not called set-up (it could as well be a thread that lost its core);
 - recurring: new shapes keep arriving: set-up calls of the op in at least half of the steps after the first, at
-  least two of them, at shapes that never recur (a sequence length that grows every step);
+  least two of them (a sequence length that grows every step; that the step's later layers reuse the step's plan
+  does not make it one-time);
+- one-time: otherwise, where the shape recurs later in the window at the usual cost (the library kept what it
+  built); a lone slow call at a shape that never comes back is not called set-up (it could as well be a thread that
+  lost its core);
 - unknown: neither (no steps, or too few of them, and shapes that do not recur): nothing says it does not recur.
 An op with no call at a seen shape has no usual cost to compare with: its calls are set-up only where the call shows
 the search itself, timing candidates on the GPU (SEARCH_CALLS or more synchronizing calls and as many launches made
@@ -131,7 +133,10 @@ def shape_setup(model: TraceModel, steps: StepRanges, classes: np.ndarray, own: 
             found, recurs = found[recurs], recurs[recurs]
             if not len(found):
                 continue
-        rec = np.where(recurs, ONE_TIME, _recurrence(start[order][lo:hi][found[~recurs]], steps))
+        # new shapes that keep arriving make the set-up recur, whether or not each shape comes back later in the
+        # window (a growing sequence length: every layer after the first reuses the step's plan)
+        arriving = _recurrence(start[order][lo:hi][found], steps)
+        rec = np.where(arriving == RECURRING, RECURRING, np.where(recurs, ONE_TIME, arriving))
         out_rows.append(rows[lo:hi][found])
         out_own.append(t[lo:hi][found])
         out_usual.append(np.full(len(found), int(usual)))
@@ -172,8 +177,8 @@ def _ancestors_of(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _recurrence(starts: np.ndarray, steps: StepRanges) -> int:
-    """For an op's set-up calls at shapes that never recur: RECURRING where they fall in at least two steps and half
-    of the steps after the first, else UNKNOWN (nothing shows that new shapes stop arriving)."""
+    """For an op's set-up calls: RECURRING where they fall in at least two steps and half of the steps after the
+    first, else UNKNOWN (for those at shapes that never recur, nothing shows that new shapes stop arriving)."""
     if not len(starts) or len(steps) < 3:
         return UNKNOWN
     at = steps.index_at(starts)

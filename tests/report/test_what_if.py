@@ -99,6 +99,10 @@ KNOWN_MISSES = {
     # gpus_own_work), and both land within; here the GPU side is the probe's guess and no cap applies.
     "h100_stackless/graph_sync_host_vs_no_item": "over",  # 0.37 against 0.24 (band 0.22-0.35)
     "h100_whatif/graph_pageable_upload": "over",  # 0.10 against 0.03 (band 0.03-0.09)
+    # A training step (forward, autograd's backward thread, AdamW) reading loss and grad norm back every step, in
+    # plain torch.profiler: the two read-backs priced 0.31 ms (0.31-0.33 across the guessed profiler cost) against
+    # 0.42 measured, inside the band (0.29-0.60) but 26% under, the tolerance 25%.
+    "h100_plain_pairs/training_readback": "under",
 }
 
 
@@ -367,7 +371,8 @@ def test_launch_advice_follows_the_fix_that_was_priced(name, loop):
     assert ("Capture the" in launch["advice"] and "step in a CUDA graph" in launch["advice"]) == (not loop)
 
 
-@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name.startswith("h100_")])
+@pytest.mark.parametrize("path", [p for p in PAIRS if p.parent.name.startswith("h100_")
+                                  and (p / "meta.json").is_file()])  # captures of this project's, with a probe
 def test_a_capture_with_a_probe_is_priced_with_its_own_costs(path):
     """Captures made with the probe (meta.json profiler_cost): its costs, not the table's, build the unprofiled
     world, and a CUDA graph launch call costs its graph's nodes on top (CUPTI traces each one)."""
@@ -411,7 +416,8 @@ def test_a_fix_that_changes_only_some_steps_says_what_it_saves_on_average():
 def test_a_price_on_a_guessed_profiler_cost_says_its_span():
     """A vLLM trace from elsewhere (no probe, no unprofiled step): the profiler's cost on its host is a guess, so the
     window and each saving are also priced at the ends of the span the project's captures measured. The launch fix
-    of a launch-bound window moves by far more than a fifth across it and says so, with its range in the table; a
+    of a launch-bound window moves by far more than a fifth across it and says so, with its range in the table, and
+    so does a host-work fix of Python code (its slowdown under the stack tracer is a guess too); a
     one-time cost that the profiler barely touches does not. A capture with its own probe gives no span."""
     path = EXTERNAL / "b200-vllm-eager.json.gz"
     if not path.exists():
@@ -426,7 +432,10 @@ def test_a_price_on_a_guessed_profiler_cost_says_its_span():
     assert not warmup["depends_on_guess"]
     text = render_markdown(report)
     low, high = launch["saving_range_ms"]
-    assert f"{low:.2f} ms–{high:.2f} ms" in text and "1 finding's saving depends on that guess" in text
+    # and a host-work fix that removes Python code, whose slowdown under the stack tracer is also a guess
+    work = next(f["what_if"] for f in report["findings"] if f["kind"] == "host_work" and not f.get("parent"))
+    assert work["depends_on_guess"] and work["python_under_stacks"] == [1.0, 3.1]
+    assert f"{low:.2f} ms–{high:.2f} ms" in text and "2 findings' savings depend on that guess" in text
     own = report_of(HERE / "fixtures" / "h200" / "decode")
     assert "guess" not in own["what_if"]["profiler"]
     assert not any("saving_range_ms" in (f.get("what_if") or {}) for f in own["findings"])
