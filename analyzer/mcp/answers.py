@@ -171,6 +171,9 @@ def list_runs(roots: Roots, offset: int = 0, limit: int = PAGE) -> dict:
     out = {"text": f"{len(every)} runs under the traces root, newest first; "
                    f"{sum(1 for r in every if r.status == 'analyzed')} of them analyzed.",
            "runs": [run_row(r) for r in rows], **paging}
+    if not every:
+        out["text"] = ("0 runs: no *.json or *.json.gz trace in the traces root itself (the layout of "
+                       "torch.profiler.tensorboard_trace_handler) nor in folders one or two levels under it.")
     for r in out["runs"]:
         if r["error"]:
             r["error"] = roots.scrub(r["error"])

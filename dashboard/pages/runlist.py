@@ -147,8 +147,9 @@ def layout(store: RunStore) -> html.Div:
     store.analyze_in_background(store.runs())
     rows = store.rows()
     if not rows:
-        body = html.P(["No run folders (folders holding a *.json or *.json.gz trace) one or two levels under ",
-                       html.Code(str(store.root)), ". Capture one with ",
+        body = html.P(["No runs: no *.json or *.json.gz trace in ", html.Code(str(store.root)),
+                       " itself (torch.profiler.tensorboard_trace_handler's layout) nor in folders one or two levels "
+                       "under it. Capture one with ",
                        html.Code("python -m analyzer capture workloads/decode.yaml"), "."], className="empty")
         tools = None
     else:

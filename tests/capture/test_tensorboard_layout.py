@@ -3,8 +3,10 @@ folder, passed as the traces root, lists each file as a run: in the run list tha
 share, and in analyze-many."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 import torch
 
 from analyzer.api import RunStore, discover_runs
@@ -47,3 +49,27 @@ def test_a_folder_written_by_tensorboard_trace_handler_lists_each_trace_as_a_run
     result = run_cli("analyze-many", str(logs), "--out", str(out), "--threads")
     assert result.returncode == 0, result.stderr
     assert (out / "report.json").is_file()
+
+
+def _list_runs(folder: Path) -> dict:
+    mcp = pytest.importorskip("mcp")
+    from analyzer.mcp.server import build_server
+
+    async def go():
+        async with mcp.Client(build_server(folder), mode="legacy") as session:
+            return await session.call_tool("list_runs", {})
+    result = asyncio.run(go())
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+def test_the_mcp_server_lists_them_and_says_where_it_looked_when_there_are_none(tmp_path):
+    logs = tmp_path / "log"
+    _profile_into(logs, "worker0", use_gzip=True)
+    listed = _list_runs(logs)
+    assert [r["run"] for r in listed["runs"]] == [p.name.removesuffix(".json.gz") for p in logs.iterdir()]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    text = _list_runs(empty)["text"]
+    assert text.startswith("0 runs: no *.json or *.json.gz trace in the traces root itself")
+    assert "tensorboard_trace_handler" in text
