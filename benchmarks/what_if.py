@@ -38,7 +38,7 @@ from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
 PAIR_DIRS = ("h100_rounds12", "h100_whatif", "h100_stackless", "h100_recapture",
-             "h100_graph_timing", "h100_calibration", "h100_plain_pairs")  # tests/fixtures
+             "h100_graph_timing", "h100_calibration", "h100_plain_pairs", "h100_plain_pairs_again")  # tests/fixtures
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95

@@ -1,6 +1,8 @@
 """What a fix buys, in words: findings ranked by their saving, the saving as a table cell and as a sentence."""
 from __future__ import annotations
 
+import math
+
 from analyzer.units import fmt_us
 
 
@@ -104,6 +106,13 @@ def what_if_line(finding: dict, section: dict | None) -> str:
                     f"in the project's own captures)" if slower else "")
                  + f", which the trace cannot tell: {ms(low)} to {ms(high)} across the span the project's own "
                  f"captures measured.")
+    if finding.get("kind") == "input_wait" and (finding.get("detail") or {}).get("loader") == "in-thread" \
+            and w.get("measure") == "step" and w.get("fixed_step_ms"):
+        workers = max(1, math.ceil(w["saving_ms"] / w["fixed_step_ms"]))
+        line += (f" That assumes the workers keep up: a batch takes about {ms(w['saving_ms'])} to load on one "
+                 f"thread against {ms(w['fixed_step_ms'])} for the rest of the step, so it takes at least {workers} "
+                 f"worker{'s' * (workers > 1)} (more where handing each batch over costs them time too); with fewer, "
+                 f"the step stays bound by loading.")
     graded = w.get("severity_from")
     if graded:
         line += (f" Severity {finding['severity']}: judged on the unprofiled step, which the profiler dilated "

@@ -103,6 +103,16 @@ KNOWN_MISSES = {
     # plain torch.profiler: the two read-backs priced 0.31 ms (0.31-0.33 across the guessed profiler cost) against
     # 0.42 measured, inside the band (0.29-0.60) but 26% under, the tolerance 25%.
     "h100_plain_pairs/training_readback": "under",
+    # The same four pairs captured again on another H100 machine (h100_plain_pairs_again), the other day's question:
+    # is the price stable across captures of the same code? The training read-back lands within there (0.44 against
+    # 0.40; the price moved 0.31 -> 0.44, the truth 0.42 -> 0.40). The compiled read-back's fix buys nothing in
+    # either capture (0.01, then -0.03 against predictions of 0.04 and 0.02, about 1% of a 1.6 ms step).
+    # The in-thread DataLoader is priced as if loading were fully hidden (19.48 against 12.18, band 7.25-20.25):
+    # the twin's 2 workers cannot keep up (its step 13.72 ms is loader-bound), and the report says it takes at
+    # least 5 workers; the first capture's "within" (16.75 against 17.82) was the same overestimate met by a slower
+    # host's larger saving.
+    "h100_plain_pairs_again/compiled_item_break": "over",
+    "h100_plain_pairs_again/dataloader_tokenize": "over",
 }
 
 
@@ -481,3 +491,15 @@ def test_severity_on_a_dilated_trace_is_the_fixs_share_of_the_unprofiled_step(tm
     by_kind = {f["kind"]: f for f in guessed["findings"] if not f.get("parent")}
     assert by_kind["launch_gap"]["severity"] == "high" and by_kind["sync"]["severity"] == "info"
     assert not any("severity_from" in (f.get("what_if") or {}) for f in guessed["findings"])
+
+
+def test_an_in_thread_loader_price_says_how_many_workers_keep_up():
+    """The DataLoader pair (num_workers=0, tokenizing in __getitem__) is priced with the loading fully hidden; the
+    sentence says how many workers that takes, from the loading's time and the rest of the step, since the twin's 2
+    workers leave its step loader-bound (13.72 ms against the 4.61 ms the price assumes)."""
+    report = report_of(HERE / "fixtures" / "h100_plain_pairs_again" / "dataloader_tokenize" / "trace.json.gz")
+    (f,) = [f for f in report["findings"] if f["kind"] == "input_wait"]
+    w = f["what_if"]
+    workers = -(-w["saving_ms"] // w["fixed_step_ms"])
+    assert workers == 5
+    assert f"so it takes at least {workers:.0f} workers" in render_markdown(report)
