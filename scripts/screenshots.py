@@ -38,11 +38,14 @@ SELECTED = ("title => { const h = document.querySelector('#finding-detail h3');"
             " return h && h.innerText === title && gd && (gd.layout.shapes || []).some(s => s.type === 'rect'); }")
 
 
-def shoot(page, out: Path, name: str) -> None:
-    page.screenshot(path=str(out / f"{name}.png"))
-    page.screenshot(path=str(out / f"{name}-full.png"), full_page=True)
-    print(out / f"{name}.png")
-    print(out / f"{name}-full.png")
+FORMAT = {"png": {}, "jpeg": {"type": "jpeg", "quality": 70}}  # jpeg: a tenth of the bytes, to keep or send
+
+
+def shoot(page, out: Path, name: str, fmt: str = "png") -> None:
+    suffix = "jpg" if fmt == "jpeg" else fmt
+    for path, full in ((out / f"{name}.{suffix}", False), (out / f"{name}-full.{suffix}", True)):
+        page.screenshot(path=str(path), full_page=full, **FORMAT[fmt])
+        print(path)
 
 
 def main() -> None:
@@ -52,6 +55,7 @@ def main() -> None:
     ap.add_argument("--run", default="item_sync")
     ap.add_argument("--compare", nargs=2, default=["item_sync", "decode"])
     ap.add_argument("--sizes", nargs="+", default=["1500x1000", "1280x800"])
+    ap.add_argument("--format", choices=sorted(FORMAT), default="png")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -67,33 +71,33 @@ def main() -> None:
             page.wait_for_selector("table.runs")
             page.wait_for_function("() => !document.querySelector('tr.run-row[data-status=queued],"
                                    " tr.run-row[data-status=analyzing]')", timeout=600_000)
-            shoot(page, args.out, f"runs-{size}")
+            shoot(page, args.out, f"runs-{size}", args.format)
             page.goto(f"{base}/run/{args.run}")
             page.wait_for_function(DRAWN, timeout=120_000)
             page.wait_for_function(STEPS_DRAWN, timeout=120_000)
             page.wait_for_load_state("networkidle")
-            shoot(page, args.out, f"run-{size}")
+            shoot(page, args.out, f"run-{size}", args.format)
             others = page.locator("tr.finding-row:not([data-kind=launch_gap])")
             row = (others if others.count() else page.locator("tr.finding-row")).first
             title = row.locator("td.title").get_attribute("title").split(": ", 1)[1]
             row.click()
             page.wait_for_function(SELECTED, arg=title, timeout=120_000)
             page.wait_for_load_state("networkidle")
-            shoot(page, args.out, f"run-selected-{size}")
+            shoot(page, args.out, f"run-selected-{size}", args.format)
             seg = page.locator("#segments-graph")
             if seg.count():
                 seg.scroll_into_view_if_needed()
-                shoot(page, args.out, f"run-segments-{size}")
+                shoot(page, args.out, f"run-segments-{size}", args.format)
             before, after = args.compare
             page.goto(f"{base}/diff?before={before}&after={after}")
             page.wait_for_selector("p.verdict", timeout=120_000)
             page.wait_for_function("() => [...document.querySelectorAll('.page-diff .js-plotly-plot')].every("
                                    "gd => gd._fullLayout)", timeout=120_000)
             page.wait_for_load_state("networkidle")
-            shoot(page, args.out, f"diff-{size}")
+            shoot(page, args.out, f"diff-{size}", args.format)
             page.goto(f"{base}/diff")  # no runs named: it asks for two
             page.wait_for_selector("p.pick-two", timeout=60_000)
-            shoot(page, args.out, f"diff-pick-{size}")
+            shoot(page, args.out, f"diff-pick-{size}", args.format)
             page.goto(base + "/")
             page.wait_for_selector("table.runs")
             jobs = page.locator("a.job-link")
@@ -101,7 +105,7 @@ def main() -> None:
                 jobs.first.click()
                 page.wait_for_selector(".page-job .js-plotly-plot", timeout=120_000)
                 page.wait_for_load_state("networkidle")
-                shoot(page, args.out, f"job-{size}")
+                shoot(page, args.out, f"job-{size}", args.format)
             page.close()
         browser.close()
     server.shutdown()

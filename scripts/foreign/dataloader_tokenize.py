@@ -20,32 +20,10 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 from pairkit import device, main
+from tokenizer_threads import VOCAB, tokenize  # the same greedy pure-Python tokenizer
 
-VOCAB_SIZE, CHARS, BATCH, WIDTH = 20000, 3000, 16, 1024
+CHARS, BATCH, WIDTH = 3000, 16, 1024
 LETTERS = "abcdefghijklmnopqrstuvwxyz "
-
-
-def build_vocab(seed=0):
-    rng = random.Random(seed)
-    vocab = {c: i for i, c in enumerate(LETTERS)}
-    while len(vocab) < VOCAB_SIZE:
-        vocab.setdefault("".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 6))), len(vocab))
-    return vocab
-
-
-VOCAB = build_vocab()
-
-
-def tokenize(text):
-    ids, i, end = [], 0, len(text)
-    while i < end:
-        for n in (6, 5, 4, 3, 2, 1):
-            piece = text[i:i + n]
-            if piece in VOCAB:
-                ids.append(VOCAB[piece])
-                i += n
-                break
-    return ids
 
 
 class Texts(Dataset):
@@ -65,7 +43,7 @@ class Texts(Dataset):
 
 def make(variant):
     torch.manual_seed(0)
-    embed = nn.EmbeddingBag(VOCAB_SIZE, WIDTH, mode="mean").to(device)
+    embed = nn.EmbeddingBag(len(VOCAB), WIDTH, mode="mean").to(device)
     layers = []
     for _ in range(4):
         layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
