@@ -39,6 +39,7 @@ from analyzer.capture.runfolder import write_json_atomic  # noqa: E402
 EARLIER = REPO / "benchmarks" / "what_if_earlier.json"
 PAIR_DIRS = ("h100_rounds12", "h100_whatif", "h100_stackless", "h100_recapture",
              "h100_graph_timing", "h100_calibration", "h100_plain_pairs", "h100_plain_pairs_again")  # tests/fixtures
+HOST_REASON_DIRS = ("h100_host_reasons",)  # tests/fixtures: only the folders HOST_REASON_PAIRS names
 TOLERANCE = 0.25
 STEP_TOLERANCE = 0.01  # of the step: a prediction this close holds whatever the saving
 CONFIDENCE = 0.95
@@ -69,10 +70,23 @@ def fixed_finding(report: dict, meta: dict) -> dict | None:
     return max(mine, key=lambda f: f["what_if"].get("saving_ms") or 0.0) if mine else None
 
 
+# host-reason fixtures (scripts/make_host_reason_fixtures.sh) whose truth.json times the pathology against its fix in
+# interleaved rounds: folder name -> (pathology variant, fix variant, the finding the fix removes)
+HOST_REASON_PAIRS = {"sdpa_growing_cache": ("growing", "fixed", ("shape_setup", None)),
+                     "tokenizer_threads": ("thread", "process", ("host_work", None)),
+                     "detokenize_steps": ("step", "end", ("host_work", None))}
+
+
 def truth_pair(run: Path) -> dict | None:
-    """truth.json of a pair made in plain torch.profiler (scripts/foreign/pairkit.py), None for a capture's run."""
+    """truth.json of a pair made in plain torch.profiler (scripts/foreign/pairkit.py, or a host-reason fixture named
+    in HOST_REASON_PAIRS), None for a capture's run."""
     path = run / "truth.json"
     truth = json.loads(path.read_text()) if path.is_file() else None
+    if truth and "pair" not in truth and run.name in HOST_REASON_PAIRS:
+        bad, fix, finding = HOST_REASON_PAIRS[run.name]
+        steps = truth["ms_per_step"]
+        truth = {**truth, "pair": {"pathology": bad, "fix": fix, "finding": list(finding)},
+                 "paired_saving_ms": [a - b for a, b in zip(steps[bad], steps[fix])]}
     return truth if truth and "pair" in truth else None
 
 
@@ -237,7 +251,9 @@ def main(argv: list[str]) -> int:
         write_json_atomic(EARLIER, frozen)
         return 0
     runs = [Path(a) for a in argv] or [p for d in PAIR_DIRS if (REPO / "tests/fixtures" / d).is_dir()
-                                       for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()]
+                                       for p in sorted((REPO / "tests/fixtures" / d).iterdir()) if p.is_dir()] + \
+        [REPO / "tests/fixtures" / d / name for d in HOST_REASON_DIRS for name in HOST_REASON_PAIRS
+         if (REPO / "tests/fixtures" / d / name).is_dir()]
     rows = [row_for(run) for run in runs] + ([] if argv else [session_row(name) for name in SESSION_PAIRS])
     print(table(rows, earlier_rows()))
     return 0 if all(r["verdict"] in ("within", "too noisy to check") for r in rows) else 1

@@ -111,8 +111,8 @@ def differences_text(diffs: list[dict]) -> str:
 
 
 def verdict(d: dict, a: dict, b: dict) -> dict:
-    """{"outcome": better | worse | mixed | unchanged, "headline": one sentence, "step": step_change,
-    "differences": what differs between the runs besides the change}.
+    """{"outcome": better | worse | mixed | unchanged, "headline": one sentence, led by what differs between the
+    runs besides the change (`differences`; `verdict_line` is the sentence without it), "step": step_change}.
 
     The measured step leads: judged beyond the noise, it decides; judged within it, nothing measurably changed
     whatever the findings say. Unjudged (one timed session per run) but outside the steps' own interval, it is weighed
@@ -167,11 +167,11 @@ def verdict(d: dict, a: dict, b: dict) -> dict:
     lead = {"better": "Better", "worse": "Worse", "mixed": "Mixed", "unchanged": "No clear change"}[outcome]
     if judged and not step_dir:
         lead = "No measurable change in the step"
-    headline = f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}."
+    verdict_line = f"{lead}: " + "; ".join(parts) + "." if parts else f"{lead}."
     diffs = differences(a, b)
-    if diffs:
-        headline = f"{differences_text(diffs)}. {headline}"
-    return {"outcome": outcome, "headline": headline, "step": step, "attribution": attribution, "differences": diffs}
+    headline = f"{differences_text(diffs)}. {verdict_line}" if diffs else verdict_line
+    return {"outcome": outcome, "headline": headline, "verdict_line": verdict_line, "step": step,
+            "attribution": attribution, "differences": diffs}
 
 
 def _attribution(fixed: list[dict], step: dict | None) -> dict | None:

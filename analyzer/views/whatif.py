@@ -271,13 +271,13 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
         replayed = model.run(fix.removed, fix.no_wait, overhead, cpu=False, until_ns=measure.until_ns)
         return measure.of(model, replayed), replayed
 
-    baseline: list[np.ndarray] = []  # the world's step periods, replayed once where a fix needs them
+    baselines: dict = {}  # per world (None: this one; a guessed cost's scale): its step periods, replayed once
 
-    def mean_saving_ns(replayed: Replayed) -> float:
+    def mean_saving_ns(replayed: Replayed, world: ReplayModel = model, cut=overhead, key: float | None = None) -> float:
         """A fix that shortens only some steps can leave the median step alone: its saving per step on average."""
-        if not baseline:
-            baseline.append(measure.periods(model.run((), (), overhead, cpu=False, until_ns=measure.until_ns)))
-        return float(np.mean(baseline[0] - measure.periods(replayed)))
+        if key not in baselines:
+            baselines[key] = measure.periods(world.run((), (), cut, cpu=False, until_ns=measure.until_ns))
+        return float(np.mean(baselines[key] - measure.periods(replayed)))
 
     headroom, floor = _headroom_ns(ctx, model, measure, overhead, target, world_step, cost)
     per_finding: dict[str, dict] = {}
@@ -331,14 +331,11 @@ def evaluate(ctx, findings) -> tuple[dict, dict[str, dict]]:
             world_g, overhead_g = cost.world(guess), cost.cut(guess)
             step_g = measure.of(world_g, world_g.run(overhead=overhead_g, cpu=False, until_ns=measure.until_ns))
             steps.append(step_g)
-            base_g = None
             for f in tops:
                 fixed_g, replayed_g = fixed_step(f.fix, world_g, overhead_g)
                 saving_g = step_g - min(fixed_g, step_g)
                 if f.fix.averaged and replayed_g is not None and measure.kind == "step" and len(measure.steps) > 1:
-                    if base_g is None:
-                        base_g = measure.periods(world_g.run((), (), overhead_g, cpu=False, until_ns=measure.until_ns))
-                    saving_g = float(np.mean(base_g - measure.periods(replayed_g)))
+                    saving_g = mean_saving_ns(replayed_g, world_g, overhead_g, guess)
                 savings[f.id].append(max(saving_g, 0.0))
         stacks = len(ctx.model.frames) > 0
         for f in tops:

@@ -3,7 +3,6 @@
 by cause, syncs and allocator calls. Without both runs named it asks for them: it never picks two itself."""
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import urlencode
 
 import dash
@@ -121,25 +120,10 @@ def _summary_table(d: dict) -> html.Table:
                                    for name, metric, v, fmt in rows])], className="kv")
 
 
-def comparison_warnings(d: dict, devices: dict[str, str | None]) -> list[str]:
-    """What makes the two runs unlike, to read before any number. The compare result's own list where it has one
-    (analyzer.compare: `warnings`, or the verdict's `differences`, each {"what", "before", "after"}); else the run
-    facts that differ (device, workload, torch), with each side's device as the run list shows it (`devices`:
-    meta.json's, else the trace's) where a report names none."""
-    verdict = d.get("verdict") or {}
-    if d.get("warnings") or verdict.get("warnings"):
-        return [w if isinstance(w, str) else str(w.get("text") or w.get("message") or w)
-                for w in d.get("warnings") or verdict["warnings"]]
-    if "differences" in verdict:
-        differ = [(x.get("what"), x.get("before"), x.get("after")) for x in verdict["differences"] or []]
-    else:
-        def fact(side: str, key: str):
-            run = d[side].get("run") or {}
-            if key == "device":
-                return run.get("device") or devices.get(side)
-            return Path(run["workload"]).stem if key == "workload" and run.get("workload") else run.get(key)
-        differ = [(key, fact("before", key), fact("after", key)) for key in ("device", "workload", "torch")
-                  if fact("before", key) != fact("after", key)]
+def comparison_warnings(d: dict) -> list[str]:
+    """What makes the two runs unlike, to read before any number: the verdict's `differences` (analyzer.compare:
+    GPU, model, workload, batch size, torch; None where a run does not say)."""
+    differ = [(x.get("what"), x.get("before"), x.get("after")) for x in (d.get("verdict") or {}).get("differences") or []]
     if not differ:
         return []
     text = "; ".join(f"{what} {before or 'not recorded'} → {after or 'not recorded'}" for what, before, after in differ)
@@ -197,14 +181,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
         sides = {"before": reports[0], "after": reports[1]}
         timelines = {side: store.timeline(run) for side, run in zip(names, runs)}
         host_work = {side: host_work_spans_us(report.get("findings")) for side, report in sides.items()}
-        warnings = comparison_warnings(d, {side: store.row(run).device for side, run in zip(names, runs)})
+        warnings = comparison_warnings(d)
         verdict = d["verdict"]
         return html.Div([
             html.P([dcc.Link(before_id, href=run_href(before_id)), " → ",
                     dcc.Link(after_id, href=run_href(after_id))],
                    className="diff-title"),
             *[html.P(w, className="note diff-warning", role="alert") for w in warnings],
-            html.P(verdict["headline"], className=f"verdict {verdict['outcome']}",
+            html.P(verdict.get("verdict_line") or verdict["headline"], className=f"verdict {verdict['outcome']}",
                    **{"data-outcome": verdict["outcome"]}),
             html.Div([html.Div([html.H2("Summary"), _summary_table(d)], className="diff-summary"),
                       html.Div(dcc.Graph(figure=diff_figure(d, sides), config=GRAPH_CONFIG), className="diff-chart")],

@@ -318,7 +318,9 @@ def test_diff_page_shows_the_item_sync_finding_fixed_in_decode(page, base_url):
     verdict = page.locator("p.verdict")
     # the outcome is the analyzer's (tests/compare): the step grew against the fixed .item(), "mixed" since 0d2a4f4
     assert verdict.get_attribute("data-outcome") == d["verdict"]["outcome"]
-    assert verdict.inner_text() == d["verdict"]["headline"] and ".item()" in d["verdict"]["headline"]
+    assert verdict.inner_text() == d["verdict"]["verdict_line"] and ".item()" in d["verdict"]["verdict_line"]
+    assert d["verdict"]["headline"].endswith(d["verdict"]["verdict_line"])  # led by the differences, shown once
+    assert "differ" not in verdict.inner_text()
     # what else differs between the runs (their workloads here) is said first, above the verdict
     warning = page.locator("p.diff-warning")
     assert "workload" in warning.inner_text() and "decode" in warning.inner_text()

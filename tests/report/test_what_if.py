@@ -32,7 +32,8 @@ def what_if_bench():
 
 
 PAIRS = sorted(p for d in what_if_bench().PAIR_DIRS if (HERE / "fixtures" / d).is_dir()
-               for p in (HERE / "fixtures" / d).iterdir() if p.is_dir())
+               for p in (HERE / "fixtures" / d).iterdir() if p.is_dir()) + \
+    [HERE / "fixtures" / d / name for d in what_if_bench().HOST_REASON_DIRS for name in what_if_bench().HOST_REASON_PAIRS]
 PAIR_IDS = [f"{p.parent.name}/{p.name}" for p in PAIRS]
 
 
@@ -113,6 +114,13 @@ KNOWN_MISSES = {
     # host's larger saving.
     "h100_plain_pairs_again/compiled_item_break": "over",
     "h100_plain_pairs_again/dataloader_tokenize": "over",
+    # Host work in Python on traces with stacks and no probe (h100_host_reasons): the bytecode itself ran slower under
+    # the stack tracer (tokenizer 1.7x, detokenizer 3.1x its unprofiled time), which no event records; the point
+    # prices are over (a tokenizer thread holding the GIL 5.80 against 3.02, a per-step detokenizer 1.45 against
+    # 0.90) and their spans (1.87-5.80, 0.47-1.45: python_under_stacks) hold the truth
+    # (tests/detectors/test_host_reasons_h100.py).
+    "h100_host_reasons/tokenizer_threads": "over",
+    "h100_host_reasons/detokenize_steps": "over",
 }
 
 
