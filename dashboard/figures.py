@@ -2,10 +2,8 @@
 static report.html)."""
 from __future__ import annotations
 
-import copy
 import html
 import math
-import weakref
 
 import numpy as np
 import plotly.graph_objects as go
@@ -15,10 +13,9 @@ from analyzer.api import CAUSES, REQUEST_STATES, LaneView, TimelineData, Timelin
 from analyzer.report.palette import (ALLOCATED_COLOR, BUSY_COLOR, CAUSE_COLORS, MEMCPY_COLOR, MEMSET_COLOR,
                                      RESERVED_COLOR, STEP_COLORS)
 from analyzer.units import fmt_bytes
-from dashboard.causes import HOST_WORK, LAUNCH, host_work_us, per_step_host_work_us, split_by_cause
 
-# the causes as drawn: host work (report.json counts it in cpu_launch) right after the launch overhead
-DRAWN_CAUSES = tuple(c for cause in CAUSES for c in ((cause, HOST_WORK) if cause == LAUNCH else (cause,)))
+# the causes as drawn: host work (launch gaps of a millisecond and more) right after the launch overhead
+DRAWN_CAUSES = ("cpu_launch", "host_work", *(c for c in CAUSES if c not in ("cpu_launch", "host_work")))
 STATE_COLORS = {
     "busy": BUSY_COLOR, **{f"idle: {c}": CAUSE_COLORS[c] for c in DRAWN_CAUSES},
     "kernel": BUSY_COLOR, "memcpy": MEMCPY_COLOR, "memset": MEMSET_COLOR,
@@ -29,7 +26,6 @@ STATE_COLORS = {
     "waiting": "#DDCC77", "prefill to first token": "#AA4499", "decoding": "#332288",
 }
 GPU_STATES = ("busy", *(f"idle: {c}" for c in DRAWN_CAUSES), "kernel", "memcpy", "memset")
-LAUNCH_STATE, HOST_WORK_STATE = f"idle: {LAUNCH}", f"idle: {HOST_WORK}"
 SYNC_MARKER = "host sync call"
 LANE_HALF = 0.4  # of the 1-unit lane pitch
 LANE_PX = 34
@@ -80,71 +76,6 @@ def _step_xy(edges: np.ndarray, values: np.ndarray) -> dict:
     if len(idx) * 3 < len(values):  # 12 bytes a change point against 4 a bin
         return {"x": _ms(np.append(edges[idx], edges[-1])), "y": np.append(values[idx], values[-1])}
     return {"x0": edges[0] / 1e6, "dx": (edges[1] - edges[0]) / 1e6, "y": np.append(values, values[-1])}
-
-
-HOST_WORK_MATCH_NS = 4.0  # an occurrence is its idle piece to the ns, give or take the µs text's rounding
-_host_work_lanes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # TimelineData -> (spans, lanes)
-
-
-def host_work_lanes(data: TimelineData, spans_us: list[tuple[float, float]]) -> dict[str, tuple]:
-    """Device lane key -> (the lane with its host-work pieces in a state of their own, `idle: host_work`, right after
-    `idle: cpu_launch`; those pieces' merged (starts, ends, covered before)), for the lanes that hold one. The pieces
-    are the host-work findings' occurrences (`spans_us`, trace µs), each an idle piece of cause cpu_launch whole:
-    found by its start and end on the lane. Kept per TimelineData, which every zoom redraws from."""
-    key = tuple(spans_us)
-    cached = _host_work_lanes.get(data)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    out = {}
-    if key:
-        spans = (np.asarray(key, np.float64) - data.t0_us) * 1e3
-        for lane in data.gpu_lanes:
-            if lane.kind != "device" or LAUNCH_STATE not in lane.states:
-                continue
-            cpu = lane.states.index(LAUNCH_STATE)
-            rows = []
-            for s, e in spans.tolist():
-                j = int(np.searchsorted(lane.starts, s - HOST_WORK_MATCH_NS))
-                while j < len(lane.starts) and lane.starts[j] <= s + HOST_WORK_MATCH_NS:
-                    if lane.state[j] == cpu and abs(lane.ends[j] - e) <= HOST_WORK_MATCH_NS:
-                        rows.append(j)
-                        break
-                    j += 1
-            if not rows:
-                continue
-            rows = np.unique(np.asarray(rows, np.int64))
-            split = copy.copy(lane)
-            split.states = (*lane.states[:cpu + 1], HOST_WORK_STATE, *lane.states[cpu + 1:])
-            split.state = lane.state + (lane.state > cpu)
-            split.state[rows] = cpu + 1
-            hs, he = lane.starts[rows], lane.ends[rows]  # disjoint: pieces of one device's idle time
-            merged = (hs, he, np.concatenate([[0.0], np.cumsum(he - hs)[:-1]]))
-            split.merged = [*lane.merged[:cpu + 1], merged, *lane.merged[cpu + 1:]]
-            out[lane.key] = (split, merged)
-    _host_work_lanes[data] = (key, out)
-    return out
-
-
-def _covered_before(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Covered length of disjoint sorted intervals up to each time t."""
-    if not len(starts):
-        return np.zeros(len(t))
-    j = np.searchsorted(starts, t, side="right") - 1
-    jj = np.clip(j, 0, None)
-    return np.where(j >= 0, before[jj] + np.clip(t - starts[jj], 0, ends[jj] - starts[jj]), 0.0)
-
-
-def with_host_work(lv: LaneView, split: tuple | None) -> LaneView:
-    """The lane's view with host work's share of each bin moved out of cpu_launch into its own state."""
-    if split is None:
-        return lv
-    lane, (hs, he, before) = split
-    cpu = lane.states.index(LAUNCH_STATE)
-    width = (lv.edges[-1] - lv.edges[0]) / (len(lv.edges) - 1)
-    host = np.minimum(np.diff(_covered_before(hs, he, before, lv.edges)) / width, lv.shares[:, cpu]).astype(np.float32)
-    shares = np.insert(lv.shares, cpu + 1, host, axis=1)
-    shares[:, cpu] -= host
-    return LaneView(lane, lv.edges, shares, lv.counts, lv.rows)
 
 
 def _lane_area(traces: list, lv: LaneView, y: float, row: int) -> None:
@@ -245,11 +176,10 @@ def _binned_hover(traces: list, lv: LaneView, y: float, row: int) -> None:
         meta={"kind": "hover", "lane": lane.key}))
 
 
-def present_states(data: TimelineData, host_work: dict | None = None) -> set[str]:
+def present_states(data: TimelineData) -> set[str]:
     """The states some lane of the run holds: the legend lists only those (all nine idle causes on every run's
-    legend took three rows of a laptop's screen). `host_work`: host_work_lanes(data, ...)."""
-    lanes = [(host_work or {}).get(lane.key, (lane,))[0] for lane in data.lanes]
-    return {lane.states[k] for lane in lanes for k in range(len(lane.states)) if len(lane.merged[k][0])}
+    legend took three rows of a laptop's screen)."""
+    return {lane.states[k] for lane in data.lanes for k in range(len(lane.states)) if len(lane.merged[k][0])}
 
 
 def _legend_entries(traces: list, states: list[str], legend: str = "legend") -> None:
@@ -356,17 +286,14 @@ def _lane_axis(domain, labels: list[str]) -> dict:
             "range": [-0.6, len(labels) - 0.4], "fixedrange": True, "showgrid": False, "zeroline": False}
 
 
-def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_memory: bool = False,
-                    host_work_us=()) -> dict:
+def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_memory: bool = False) -> dict:
     """GPU lanes (steps, host syncs, devices, streams) over CPU runtime-call lanes over memory, one time axis.
     `highlights`: (start_ns, end_ns) since t0 to shade (a selected finding's occurrences; its cudaMalloc/cudaFree
     markers are selected). `fit_memory`: the memory axis fits the window's values instead of starting at 0.
-    `host_work_us`: the host-work findings' occurrences (dashboard.causes.host_work_spans_us), drawn as their own
-    cause on the device lanes. A run without steps has no steps lane, one without memory curves no memory panel.
+    A run without steps has no steps lane, one without memory curves no memory panel.
     A plain figure dict."""
     n_gpu = len(data.gpu_lanes)  # steps lane included
-    split = host_work_lanes(data, list(host_work_us))
-    gpu_views = [with_host_work(lv, split.get(lv.lane.key)) for lv in view.lanes[:n_gpu]]
+    gpu_views = view.lanes[:n_gpu]
     cpu_views = view.lanes[n_gpu:]
     steps = [gpu_views[0]] if len(data.gpu_lanes[0].starts) else []
     gpu_rows = [*steps, None, *gpu_views[1:]]  # None: the host-sync marker lane
@@ -384,7 +311,7 @@ def timeline_figure(data: TimelineData, view: TimelineView, highlights=(), fit_m
     traces: list[dict] = []
     requests = list(REQUEST_STATES) if data.requests else []
     # one legend per panel: the GPU's states at the top, the CPU's above the CPU panel, memory's above memory
-    present = present_states(data, split)
+    present = present_states(data)
     _legend_entries(traces, [s for s in [*GPU_STATES, *requests] if s in present])
     _legend_entries(traces, [s for s in ["launch call", "blocking sync call", "cudaMalloc/cudaFree",
                                          "other runtime call", "cpu op", "your code"] if s in present],
@@ -468,13 +395,8 @@ def steps_figure(report: dict) -> dict:
     groups = step_groups(len(steps))
     names = [steps[a]["step"] if a == b else f"{steps[a]['step']} … {steps[b]['step']}" for a, b in groups]
 
-    host = per_step_host_work_us(report)
-    unplaced = host is None and host_work_us(report.get("findings")) > 0
-    host = host or [0.0] * len(steps)
-
     def idle(k: int, cause: str) -> float:
-        us = (steps[k].get("idle_by_cause_us") or {}).get(cause) or 0.0
-        return host[k] if cause == HOST_WORK else us - host[k] if cause == LAUNCH else us
+        return (steps[k].get("idle_by_cause_us") or {}).get(cause) or 0.0
 
     def mean(value) -> list[float]:
         return [sum(value(k) or 0 for k in range(a, b + 1)) / (b - a + 1) / 1e3 for a, b in groups]
@@ -498,9 +420,6 @@ def steps_figure(report: dict) -> dict:
     if per:
         title = (f"Per step: GPU busy and idle by cause, mean over runs of {groups[0][1] + 1} steps "
                  "(click a bar to zoom the timeline to its steps)")
-    if unplaced:  # said, not guessed: the report does not say in which step each host-work piece was launched
-        title += "<br><sub>host work is counted in idle: cpu_launch here (the report places only its longest " \
-                 "pieces in steps)</sub>"
     layout = {"barmode": "stack", "template": WHITE_TEMPLATE, "height": 360, "font": FONT,
               "title": {"text": title, "x": 0, "font": {"size": 15}}, "legend": {"x": 1.01, "y": 1},
               "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
@@ -514,12 +433,9 @@ def steps_figure(report: dict) -> dict:
     return {"data": data, "layout": layout}
 
 
-def diff_figure(d: dict, reports: dict[str, dict] | None = None) -> go.Figure:
-    """GPU idle by cause of both runs (host work apart from the launch overhead where `reports`, "before" and
-    "after", give the runs' findings)."""
+def diff_figure(d: dict) -> go.Figure:
+    """GPU idle by cause of both runs."""
     by_side = {side: {c: v[side] or 0.0 for c, v in d["idle_by_cause_us"].items()} for side in ("before", "after")}
-    if reports:
-        by_side = {side: split_by_cause(by_side[side], reports[side].get("findings")) for side in by_side}
     shown = {c for parts in by_side.values() for c, us in parts.items() if us}
     causes = [c for c in DRAWN_CAUSES if c in shown] + sorted(shown - set(DRAWN_CAUSES))
     fig = go.Figure([go.Bar(name=f"{label}: {d[side]['name']}", x=[f"idle: {c}" for c in causes],
@@ -684,19 +600,17 @@ def diff_steps_figure(names: dict[str, str], reports: dict[str, dict]) -> dict:
 
 
 def diff_timeline_figure(names: dict[str, str], data: dict[str, TimelineData], lo: float | None = None,
-                         hi: float | None = None, host_work_us: dict[str, list] | None = None) -> dict:
+                         hi: float | None = None) -> dict:
     """Both runs' steps and GPU lanes (busy / idle by cause) stacked on one axis: ns since each run's own GPU window
-    start, so the same step of the two runs lines up. [lo, hi]: the window shown (default: the longer run).
-    `host_work_us`: each side's host-work occurrences (dashboard.causes.host_work_spans_us)."""
+    start, so the same step of the two runs lines up. [lo, hi]: the window shown (default: the longer run)."""
     if lo is None or hi is None:
         lo = min(d.full_range()[0] for d in data.values())
         hi = max(d.full_range()[1] for d in data.values())
     rows, present = [], set()
     for side in ("before", "after"):
         view = data[side].view(lo, hi)
-        split = host_work_lanes(data[side], list((host_work_us or {}).get(side) or ()))
-        present |= present_states(data[side], split)
-        rows += [(side, data[side], with_host_work(lv, split.get(lv.lane.key))) for lv in view.lanes
+        present |= present_states(data[side])
+        rows += [(side, data[side], lv) for lv in view.lanes
                  if lv.lane.kind == "device" or (lv.lane.kind == "steps" and len(lv.lane.starts))]
     traces: list[dict] = []
     _legend_entries(traces, [s for s in GPU_STATES[:len(DRAWN_CAUSES) + 1] if s in present])

@@ -17,7 +17,7 @@ from analyzer.units import us
 from analyzer.views import apis
 from analyzer.views.frames import FrameKind, describe_frame
 from analyzer.views.host_during import LONG_NS
-from analyzer.views.idle import CPU_LAUNCH
+from analyzer.views.idle import HOST_WORK
 from analyzer.views.sites import KIND_OP, describe_site, frames_key, op_key, piece_site_keys, site_keys
 from analyzer.views.timeline import merge_intervals
 from analyzer.views.traits import TraceTraits
@@ -31,11 +31,8 @@ MAX_LIBRARIES = 4  # library children under one host-work finding
 
 
 def long_pieces(ctx: AnalysisContext) -> np.ndarray:
-    """The launch-gap pieces this detector owns: cpu_launch, at least LONG_NS, not in a graph break."""
-    idle = ctx.idle
-    launch = idle.cause == CPU_LAUNCH
-    launch[ctx.graph_break_pieces] = False  # the graph-breaks detector's
-    return np.flatnonzero(launch & (idle.duration_ns >= LONG_NS))
+    """The pieces this detector owns: cause host_work (launch gaps of at least LONG_NS outside graph breaks)."""
+    return np.flatnonzero(ctx.idle.cause == HOST_WORK)
 
 
 def detect(ctx: AnalysisContext) -> DetectorResult:

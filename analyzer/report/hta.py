@@ -31,7 +31,9 @@ def _ours(report: dict) -> dict:
     s, g = report["summary"], report["gaps"]
     stats = g["launch_stats"]
     return {"gpu_idle_us": s["gpu_idle_us"], "gpu_utilization": s["gpu_utilization"],
-            "idle_cpu_launch_us": g["by_cause"]["cpu_launch"], "launches": stats["launches"],
+            # HTA's host wait holds every launch gap, the long ones (host work) too
+            "idle_cpu_launch_us": round(g["by_cause"]["cpu_launch"] + g["by_cause"].get("host_work", 0.0), 3),
+            "launches": stats["launches"],
             "launch_call_mean_us": (stats["launch_call_us"] or {}).get("mean"),
             "launch_to_start_mean_us": (stats["launch_to_start_us"] or {}).get("mean")}
 

@@ -16,7 +16,7 @@ BASE_CAUSES = ("cpu_launch", "sync", "allocator", "queued")
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "atom": "ATOM"}
 CAUSE_HEADERS = {"cpu_launch": "launch", "event_loop_idle": "event loop", "thread_hop": "thread hop",
                  "warmup": "one-time", "unknown": "unexplained", "input_wait": "input", "host_compute": "host math",
-                 "setup": "shape set-up"}
+                 "setup": "shape set-up", "host_work": "host work"}
 
 
 

@@ -6,9 +6,8 @@ CAUSE_COLORS = {"cpu_launch": "#E69F00", "sync": "#D55E00", "allocator": "#CC79A
                 "input_wait": "#117733", "host_compute": "#332288",  # Tol's green and indigo
                 "warmup": "#DDCC77", "profiler": "#BBBBBB", "unknown": "#666666",  # Tol's sand, greys
                 "setup": "#AA4499",  # Tol's purple
-                # not a cause of analyzer.views.idle: the host_work detector's part of cpu_launch (launch gaps of a
-                # millisecond and more), drawn apart by the dashboard; a dark brown, the launch overhead's orange
-                # darkened
+                # launch gaps of a millisecond and more (the host-work detector's): a dark brown, the launch
+                # overhead's orange darkened
                 "host_work": "#543005"}
 BUSY_COLOR = "#0072B2"
 MEMCPY_COLOR = "#33BBEE"  # Tol's cyan: Okabe-Ito's bluish green was too near input_wait's green and thread_hop's teal

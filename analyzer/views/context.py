@@ -18,7 +18,7 @@ from analyzer.views.compiles import Compiles, compiles
 from analyzer.views.frames import FrameIndex
 from analyzer.views.graph_breaks import GraphBreaks, graph_breaks
 from analyzer.views.graphs import GraphUse, graph_use
-from analyzer.views.idle import CPU_LAUNCH, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle, \
+from analyzer.views.idle import CPU_LAUNCH, HOST_WORK, WARMUP, CallRoles, Gaps, IdlePieces, OpRoles, classify_idle, \
     worker_input_waits
 from analyzer.views.host_during import LONG_NS, HostDuring, cold_steps, first_invocations, host_during, \
     one_time_untraced
@@ -196,12 +196,15 @@ class AnalysisContext:
 
     @functools.cached_property
     def _idle(self) -> tuple[Gaps, IdlePieces]:
+        """The classified pieces with two causes refined: untraced time a warmed-up process would not spend again is
+        warmup, and a launch gap of LONG_NS or more outside a graph break's eager code is host work (the host-work
+        detector's: a launch costs microseconds; a millisecond is Python, a library's set-up, another thread)."""
         gaps, idle = self._classified
-        moved = self.untraced_one_time[0]
-        if not len(moved):
-            return gaps, idle
         cause = idle.cause.copy()
-        cause[moved] = WARMUP
+        cause[self.untraced_one_time[0]] = WARMUP
+        long = (cause == CPU_LAUNCH) & (idle.duration_ns >= LONG_NS)
+        long[_in_graph_breaks(idle, self.graph_breaks)] = False
+        cause[long] = HOST_WORK
         return gaps, dataclasses.replace(idle, cause=cause)
 
     @functools.cached_property
@@ -357,14 +360,7 @@ class AnalysisContext:
     @functools.cached_property
     def graph_break_pieces(self) -> np.ndarray:
         """Launch-gap idle pieces inside a graph break's eager section: the graph-breaks detector owns them."""
-        idle, b = self.idle, self.graph_breaks
-        sel = np.flatnonzero(idle.cause == CPU_LAUNCH)
-        if not len(b) or not len(sel):
-            return np.zeros(0, np.int64)
-        s, e = merge_intervals(b.eager_start_ns, b.eager_end_ns)
-        mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
-        i = np.searchsorted(s, mid, side="right") - 1
-        return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]
+        return _in_graph_breaks(self.idle, self.graph_breaks)
 
     @functools.cached_property
     def queued_waits(self) -> QueuedWaits:
@@ -395,3 +391,14 @@ class AnalysisContext:
             out.append(MemorySeries(int(device), rows, mem.ts_ns[rows], mem.total_allocated[rows],
                                     mem.total_reserved[rows]))
         return tuple(out)
+
+
+def _in_graph_breaks(idle: IdlePieces, breaks) -> np.ndarray:
+    """Launch-gap pieces (cause cpu_launch) whose middle lies inside a graph break's eager section."""
+    sel = np.flatnonzero(idle.cause == CPU_LAUNCH)
+    if not len(breaks) or not len(sel):
+        return np.zeros(0, np.int64)
+    s, e = merge_intervals(breaks.eager_start_ns, breaks.eager_end_ns)
+    mid = idle.start_ns[sel] + (idle.end_ns[sel] - idle.start_ns[sel]) // 2
+    i = np.searchsorted(s, mid, side="right") - 1
+    return sel[(i >= 0) & (mid < e[np.maximum(i, 0)])]

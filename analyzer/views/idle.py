@@ -44,9 +44,9 @@ from analyzer.trace import TraceModel
 from analyzer.trace.joins import thread_keys
 
 CAUSES = ("cpu_launch", "sync", "allocator", "warmup", "queued", "event_loop_idle", "thread_hop", "profiler",
-          "unknown", "input_wait", "host_compute", "setup")
+          "unknown", "input_wait", "host_compute", "setup", "host_work")
 CPU_LAUNCH, SYNC, ALLOCATOR, WARMUP, QUEUED, EVENT_LOOP_IDLE, THREAD_HOP, PROFILER, UNKNOWN, INPUT_WAIT, \
-    HOST_COMPUTE, SETUP = range(12)
+    HOST_COMPUTE, SETUP, HOST_WORK = range(13)
 PARKED_MIN_NS = 50_000
 # torch's DataLoader: the record_function its iterators open around each batch, and the Python frame
 INPUT_WAIT_OP = re.compile(r"^enumerate\(DataLoader\)#")

@@ -12,7 +12,6 @@ from dash.exceptions import PreventUpdate
 from analyzer.api import compare, is_improvement, predicted_text, render_diff_markdown
 from analyzer.errors import UsageError
 from analyzer.units import fmt_pct, fmt_peak_bytes, fmt_us
-from dashboard.causes import host_work_spans_us
 from dashboard.figures import GRAPH_CONFIG, TIMELINE_CONFIG, diff_figure, diff_steps_figure, diff_timeline_figure
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, error_card, markdown_block, quoted, run_href,
                                    window_from_relayout)
@@ -180,7 +179,6 @@ def register(app: dash.Dash, store: RunStore) -> None:
         names = {"before": before_id, "after": after_id}
         sides = {"before": reports[0], "after": reports[1]}
         timelines = {side: store.timeline(run) for side, run in zip(names, runs)}
-        host_work = {side: host_work_spans_us(report.get("findings")) for side, report in sides.items()}
         warnings = comparison_warnings(d)
         verdict = d["verdict"]
         return html.Div([
@@ -191,12 +189,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
             html.P(verdict.get("verdict_line") or verdict["headline"], className=f"verdict {verdict['outcome']}",
                    **{"data-outcome": verdict["outcome"]}),
             html.Div([html.Div([html.H2("Summary"), _summary_table(d)], className="diff-summary"),
-                      html.Div(dcc.Graph(figure=diff_figure(d, sides), config=GRAPH_CONFIG), className="diff-chart")],
+                      html.Div(dcc.Graph(figure=diff_figure(d), config=GRAPH_CONFIG), className="diff-chart")],
                      className="diff-row"),
             html.H2("Findings"), _findings_table(d),
             html.H2("Steps and timelines"),
             dcc.Graph(id="diff-steps", figure=diff_steps_figure(names, sides), config=GRAPH_CONFIG),
-            dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines, host_work_us=host_work),
+            dcc.Graph(id="diff-timeline", figure=diff_timeline_figure(names, timelines),
                       config=TIMELINE_CONFIG),
             dcc.Store(id="diff-timeline-relayout"),
             markdown_block(render_diff_markdown(d), "diff-md", "this comparison"),
@@ -215,7 +213,6 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if window is None or None in runs.values():
             raise PreventUpdate
         data = {side: store.timeline(run) for side, run in runs.items()}
-        host_work = {side: host_work_spans_us(store.report(run).get("findings")) for side, run in runs.items()}
         if window == "full":
-            return diff_timeline_figure(names, data, host_work_us=host_work)
-        return diff_timeline_figure(names, data, min(window) * 1e6, max(window) * 1e6, host_work_us=host_work)
+            return diff_timeline_figure(names, data)
+        return diff_timeline_figure(names, data, min(window) * 1e6, max(window) * 1e6)

@@ -13,7 +13,6 @@ from dash.exceptions import PreventUpdate
 from analyzer.errors import UsageError
 from analyzer.api import TimelineData, numbered, ranked, saving_cell, validity_items, validity_line, what_if_line
 from analyzer.units import fmt_pct, fmt_us, plural
-from dashboard.causes import host_work_spans_us, split_by_cause
 from dashboard.figures import (GRAPH_CONFIG, MEMORY_POINT, TIMELINE_CONFIG, has_memory, memory_note, segments_figure,
                                steps_figure, timeline_figure)
 from dashboard.pages.common import (X_AXIS_RELAYOUT_JS, badge, cause_badge, download_href, error_card,
@@ -54,7 +53,7 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
     findings = report.get("findings") or []
     state = _state_from_query(report, data, query or {}, run.run_id)
     lo, hi = state["window_ns"] or data.full_range()
-    figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"], host_work_us=host_work_spans_us(findings))
+    figure = timeline_figure(data, data.view(lo, hi), state["highlights_ns"])
     kinds = sorted({f["kind"] for f in findings})
     memory = has_memory(data)
     steps = (report.get("gaps") or {}).get("per_step") or []
@@ -101,9 +100,9 @@ def layout(store: RunStore, run_id: str, query: dict | None = None) -> html.Div:
 
 
 def _window(report: dict) -> tuple[float | None, dict[str, float], float | None]:
-    """GPU busy, idle by cause (host work apart: dashboard.causes), and the profiled window, in µs."""
+    """GPU busy, idle by cause (those with time), and the profiled window, in µs."""
     s = report.get("summary") or {}
-    by_cause = split_by_cause((report.get("gaps") or {}).get("by_cause") or {}, report.get("findings"))
+    by_cause = {c: us for c, us in ((report.get("gaps") or {}).get("by_cause") or {}).items() if us}
     return s.get("gpu_busy_us"), by_cause, s.get("window_us")
 
 
@@ -504,8 +503,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             # a drag or pan shows what it asked for; only the zooms the page asks for itself are kept inside
             lo, hi = data.full_range() if window == "full" else (window[0] * 1e6, window[1] * 1e6)
         lo, hi = min(lo, hi), max(lo, hi)
-        return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or []),
-                               host_work_us=host_work_spans_us(report.get("findings"))), [lo, hi]
+        return timeline_figure(data, data.view(lo, hi), highlights, fit_memory="fit" in (fit or [])), [lo, hi]
 
     @app.callback(Output("segments-graph", "figure"), Input("timeline", "clickData"), State("run-id", "data"),
                   prevent_initial_call=True)

@@ -10,7 +10,6 @@ import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html
 
 from analyzer.units import fmt_pct, fmt_us
-from dashboard.causes import split_by_cause
 from dashboard.pages.common import error_card, run_href, severity_badge, window_bar
 from analyzer.api import RunRow, RunStore
 
@@ -39,7 +38,7 @@ def workload_of(r: RunRow) -> str | None:
     return None if r.workload in (None, r.run.trace.name) else r.workload
 
 
-def _row(r: RunRow, idle_by_cause: dict[str, float]) -> html.Tr:
+def _row(r: RunRow) -> html.Tr:
     pick = html.Td(dcc.Checklist(id={"type": PICK, "run": r.run.run_id}, options=[{"label": "", "value": "on"}],
                                  value=[], className="pick"), title="tick two runs to compare them")
     workload = workload_of(r)
@@ -59,7 +58,7 @@ def _row(r: RunRow, idle_by_cause: dict[str, float]) -> html.Tr:
                  html.Td("–"), html.Td("–")]
     else:
         cells = [html.Td(fmt_pct(r.utilization), className="num util"),
-                 html.Td(window_bar(r.busy_us, idle_by_cause, r.window_us), className="bar-cell"),
+                 html.Td(window_bar(r.busy_us, r.idle_by_cause, r.window_us), className="bar-cell"),
                  html.Td(_best_saving(r), className="best-saving"),
                  html.Td(_other_finding(r), className="other-finding")]
     return html.Tr([pick, run_cell, *facts, *cells], className="run-row", **marks)
@@ -115,8 +114,7 @@ def shown_rows(rows: list[RunRow], query: str | None, sort: str | None) -> list[
     return rows
 
 
-def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None,
-           store: RunStore | None = None) -> html.Table | html.P:
+def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None) -> html.Table | html.P:
     """The table says which sort and filter it was built for (data-sort, data-query): a page or test that changed
     them can wait for the table that answers them."""
     marks = {"data-sort": sort or "newest", "data-query": query or ""}
@@ -124,23 +122,8 @@ def _table(rows: list[RunRow], sort: str | None = None, query: str | None = None
         return html.P("No run matches.", className="empty", **marks)
     head = html.Thead(html.Tr([html.Th(h, title=HEADER_TITLES.get(h), className=c) for h, c in COLUMNS]))
     cols = html.Colgroup([html.Col(className=c) for _, c in COLUMNS])
-    return html.Table([cols, head, html.Tbody([_row(r, idle_parts(store, r)) for r in rows])], className="runs",
+    return html.Table([cols, head, html.Tbody([_row(r) for r in rows])], className="runs",
                       **marks)
-
-
-_HOST_WORK_FINDINGS: dict[tuple, list[dict]] = {}  # (run id, trace stamp) -> the report's host-work findings
-
-
-def idle_parts(store: RunStore | None, r: RunRow) -> dict[str, float]:
-    """The row's idle by cause with host work apart (dashboard.causes): the host-work findings of the run's report,
-    read once per trace (the row itself carries the report's by_cause only)."""
-    if store is None or r.status != "analyzed" or not r.idle_by_cause.get("cpu_launch"):
-        return r.idle_by_cause
-    key = (r.run.run_id, r.run.stamp())
-    if key not in _HOST_WORK_FINDINGS:
-        report = store.cached_report(r.run) or {}
-        _HOST_WORK_FINDINGS[key] = [f for f in report.get("findings") or [] if f.get("kind") == "host_work"]
-    return split_by_cause(r.idle_by_cause, _HOST_WORK_FINDINGS[key])
 
 
 def layout(store: RunStore) -> html.Div:
@@ -153,7 +136,7 @@ def layout(store: RunStore) -> html.Div:
                        html.Code("python -m analyzer capture workloads/decode.yaml"), "."], className="empty")
         tools = None
     else:
-        body = html.Div(_table(rows, store=store), id="runs-table")
+        body = html.Div(_table(rows), id="runs-table")
         tools = html.Div([
             dcc.Input(id="runs-filter", type="search", placeholder="filter: workload, model, GPU, finding…",
                       debounce=True, className="runs-filter"),
@@ -186,7 +169,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         now = {r.run.run_id: r.status for r in rows}
         if ctx.triggered_id == "runs-poll" and now == statuses:
             return dash.no_update, not store.pending(), dash.no_update
-        return _table(rows, sort, query, store), not store.pending(), now
+        return _table(rows, sort, query), not store.pending(), now
 
     @app.callback(Output("runs-compare", "children"), Input({"type": PICK, "run": ALL}, "value"),
                   State({"type": PICK, "run": ALL}, "id"), prevent_initial_call=True)

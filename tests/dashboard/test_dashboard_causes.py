@@ -1,6 +1,6 @@
-"""Host work as a cause of its own wherever the dashboard draws causes (issue 49, item 10), checked against the
-analyzer's own idle pieces on real captures: the window's split, each step's, and the timeline's device lane; and the
-palette's colours, which must stay apart where they are drawn side by side (CIEDE2000)."""
+"""Host work as a cause of its own (issue 49, item 10): report.json counts the host-work detector's idle pieces as
+`host_work` in its window, per-step and timeline data, checked against those pieces on real captures, and the dashboard
+draws what it says; and the palette's colours, which must stay apart where they are drawn side by side (CIEDE2000)."""
 from __future__ import annotations
 
 import itertools
@@ -14,13 +14,12 @@ from analyzer import api
 from analyzer.detectors import host_work
 from analyzer.report.palette import CAUSE_COLORS
 from conftest import analysis_of, report_of
-from dashboard.causes import (HOST_WORK, host_work_spans_us, host_work_us, per_step_host_work_us, spans_complete,
-                              split_by_cause)
-from dashboard.figures import (GPU_STATES, HOST_WORK_STATE, LAUNCH_STATE, STATE_COLORS, host_work_lanes,
-                               steps_figure, timeline_figure, with_host_work)
+from dashboard.figures import GPU_STATES, STATE_COLORS, steps_figure, timeline_figure
 from dashboard.pages.common import window_parts
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
+HOST_WORK = "host_work"
+HOST_WORK_STATE, LAUNCH_STATE = "idle: host_work", "idle: cpu_launch"
 EXTERNAL = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "external"
 # runs whose host-work pieces fall in different steps than where they ran: the piece after decode step k is
 # counted in step k+1, whose launch ended it (host_work), and one that gets two in its last step (graph_sync_big_host)
@@ -43,49 +42,43 @@ def truth(analysis: api.Analysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("name", HOST_WORK_RUNS)
-def test_the_window_and_each_step_split_host_work_from_launch_overhead_as_the_analyzer_counts_it(name):
+def test_host_work_is_its_own_cause_in_the_window_each_step_and_the_charts(name):
+    """report.json's by_cause and per-step table count the host-work detector's pieces as `host_work`, no longer in
+    cpu_launch, and the dashboard draws what they say: the window bar, the per-step bars in host work's colour."""
     analysis = analysis_of(FIX / name)
     report = analysis.report
     starts, ends, per_step = truth(analysis)
     by_cause = report["gaps"]["by_cause"]
-    parts = split_by_cause(by_cause, report["findings"])
     pieces_us = float((ends - starts).sum()) / 1e3
-    assert pieces_us > 1000 and parts[HOST_WORK] == pytest.approx(pieces_us, abs=0.01)
-    assert parts["cpu_launch"] == pytest.approx(by_cause["cpu_launch"] - pieces_us, abs=0.01)
-    assert list(parts).index(HOST_WORK) == list(parts).index("cpu_launch") + 1
-    assert sum(parts.values()) == pytest.approx(sum(by_cause.values()), abs=0.01)
-    assert per_step_host_work_us(report) == pytest.approx(per_step.tolist(), abs=0.01)
+    assert pieces_us > 1000 and by_cause[HOST_WORK] == pytest.approx(pieces_us, abs=0.01)
+    host = [s["idle_by_cause_us"][HOST_WORK] for s in report["gaps"]["per_step"]]
+    assert host == pytest.approx(per_step.tolist(), abs=0.01)
+    assert sum(f["impact_us"] for f in report["findings"] if f["kind"] == HOST_WORK and not f.get("parent")) \
+        == pytest.approx(pieces_us, abs=0.01)  # the findings own exactly the cause's pieces
 
     figure = steps_figure(report)
     bars = {t["name"]: t["y"] for t in figure["data"]}
     assert bars["idle: host_work"] == pytest.approx((per_step / 1e3).tolist(), abs=1e-5)
-    launch = [s["idle_by_cause_us"]["cpu_launch"] / 1e3 for s in report["gaps"]["per_step"]]
-    assert [a + b for a, b in zip(bars["idle: cpu_launch"], bars["idle: host_work"])] == pytest.approx(launch)
     colours = {t["name"]: t["marker"]["color"] for t in figure["data"]}
     assert colours["idle: host_work"] == CAUSE_COLORS[HOST_WORK] != colours["idle: cpu_launch"]
 
-    busy, split, window = report["summary"]["gpu_busy_us"], parts, report["summary"]["window_us"]
-    bar = {part: us for part, us, _ in window_parts(busy, split)}
+    busy, window = report["summary"]["gpu_busy_us"], report["summary"]["window_us"]
+    bar = {part: us for part, us, _ in window_parts(busy, {c: v for c, v in by_cause.items() if v})}
     assert bar["idle: host_work"] == pytest.approx(pieces_us, abs=0.01) and sum(bar.values()) <= window + 0.01
-
-
-def test_a_step_split_the_report_cannot_place_is_said_not_guessed():
-    """With the longest pieces' list (gaps.top) cut to three, the report no longer says in which step four of the
-    six host-work pieces were launched: the per-step bars keep them in cpu_launch and say so."""
-    report = report_of(FIX / "h200_extra" / "host_work")
-    report["gaps"]["top"] = report["gaps"]["top"][:3]
-    assert per_step_host_work_us(report) is None
-    figure = steps_figure(report)
-    assert "idle: host_work" not in {t["name"] for t in figure["data"]}
-    assert "host work is counted in idle: cpu_launch here" in figure["layout"]["title"]["text"]
 
 
 @pytest.mark.external
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="needs ../shared/traces/external")
-def test_a_training_trace_with_more_long_gaps_than_the_report_lists_keeps_its_steps_unsplit():
+def test_a_training_trace_places_every_host_work_piece_in_its_step():
+    """14 long gaps in a DDP training trace, more than the report's list of the longest pieces holds: each step's
+    host work is the analyzer's per-step count, drawn in the per-step bars (the dashboard's own split, from the
+    findings' occurrences, could not place them)."""
     report = report_of(EXTERNAL / "v100-ddp-training-with-memory.json.gz")
-    assert host_work_us(report["findings"]) > 50_000 and spans_complete(report["findings"])
-    assert per_step_host_work_us(report) is None  # 14 pieces, not all among the 25 longest of the trace
+    assert report["gaps"]["by_cause"][HOST_WORK] > 50_000
+    placed = [s["idle_by_cause_us"][HOST_WORK] for s in report["gaps"]["per_step"]]
+    assert sum(v > 0 for v in placed) >= 2
+    bars = {t["name"]: t["y"] for t in steps_figure(report)["data"]}
+    assert sum(bars["idle: host_work"]) > 0
 
 
 @pytest.mark.parametrize("name", ["h200_extra/host_work", "h100_stackless/graph_sync_big_host"])
@@ -93,25 +86,22 @@ def test_the_timelines_device_lane_draws_the_host_work_pieces_in_their_own_state
     analysis = analysis_of(FIX / name)
     report, data = analysis.report, api.timeline(analysis)
     starts, ends, _ = truth(analysis)
-    spans = host_work_spans_us(report["findings"])
-    split = host_work_lanes(data, spans)
-    lane, (hs, he, _) = split["gpu0"]
+    lane = next(lane for lane in data.gpu_lanes if lane.key == "gpu0")
+    hs, he, _ = lane.merged[lane.states.index(HOST_WORK_STATE)]
     t0 = data.t0_ns
     order = np.argsort(starts)
-    assert hs.tolist() == (starts[order] - t0).astype(float).tolist()  # the pieces themselves, to the ns
-    assert he.tolist() == (ends[order] - t0).astype(float).tolist()
-    assert lane.states.index(HOST_WORK_STATE) == lane.states.index(LAUNCH_STATE) + 1
+    assert np.asarray(hs).tolist() == (starts[order] - t0).astype(float).tolist()  # the pieces themselves, to the ns
+    assert np.asarray(he).tolist() == (ends[order] - t0).astype(float).tolist()
     lo, hi = data.full_range()
     view = data.view(lo, hi)
-    gpu0 = with_host_work(next(lv for lv in view.lanes if lv.lane.key == "gpu0"), split["gpu0"])
+    gpu0 = next(lv for lv in view.lanes if lv.lane.key == "gpu0")
     width_us = (hi - lo) / (len(gpu0.edges) - 1) / 1e3
     shares = {state: gpu0.shares[:, k].sum() * width_us for k, state in enumerate(gpu0.lane.states)}
-    host_us = host_work_us(report["findings"])
     by_cause = report["gaps"]["by_cause"]
-    assert shares[HOST_WORK_STATE] == pytest.approx(host_us, rel=1e-3)
-    assert shares[LAUNCH_STATE] == pytest.approx(by_cause["cpu_launch"] - host_us, rel=1e-3)
+    assert shares[HOST_WORK_STATE] == pytest.approx(by_cause[HOST_WORK], rel=1e-3)
+    assert shares[LAUNCH_STATE] == pytest.approx(by_cause["cpu_launch"], rel=1e-3)
     # the figure: a legend entry in host work's colour, an area of that state on the device lane
-    figure = timeline_figure(data, view, host_work_us=spans)
+    figure = timeline_figure(data, view)
     legend = {t["name"]: t["marker"]["color"] for t in figure["data"] if t.get("showlegend")}
     assert legend[HOST_WORK_STATE] == CAUSE_COLORS[HOST_WORK]
     assert any((t.get("meta") or {}).get("state") == HOST_WORK_STATE and (t.get("meta") or {}).get("lane") == "gpu0"
@@ -121,8 +111,7 @@ def test_the_timelines_device_lane_draws_the_host_work_pieces_in_their_own_state
 def test_a_run_without_host_work_draws_no_host_work():
     analysis = analysis_of(FIX / "h200" / "item_sync")
     report, data = analysis.report, api.timeline(analysis)
-    assert host_work_spans_us(report["findings"]) == []
-    assert HOST_WORK not in split_by_cause(report["gaps"]["by_cause"], report["findings"])
+    assert report["gaps"]["by_cause"][HOST_WORK] == 0
     figure = timeline_figure(data, data.view(*data.full_range()))
     assert HOST_WORK_STATE not in {t.get("name") for t in figure["data"] if t.get("showlegend")}
 
